@@ -1,0 +1,105 @@
+"""The `moetune` command line: argument parsing and error handling only.
+
+Each command lives in `moetune/commands/<name>.py` as a click command whose
+logic is a plain function returning data. This module wires them into one
+group and owns the exit codes:
+
+    0    success
+    1    a user or data problem (`MoetuneError`): one line, ``Error: ...``
+    2    misuse of the command line (click's usage errors)
+    3    an unexpected error: one line pointing at a log with the traceback
+    130  interrupted (Ctrl-C); partial results are already on disk
+
+Importing this module must stay cheap: `moetune extract` may not import torch
+or triton, so command modules import them inside their functions only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import tempfile
+import traceback
+
+import click
+
+from moetune import __version__
+from moetune.errors import MoetuneError
+
+# (module, attribute) of every command, in the order `moetune --help` lists them.
+COMMANDS = [
+    ("moetune.commands.extract", "extract"),
+    ("moetune.commands.tune", "tune"),
+    ("moetune.commands.benchmark", "benchmark"),
+    ("moetune.commands.archs", "archs"),
+    ("moetune.commands.validate", "validate"),
+]
+
+
+class _Cli(click.Group):
+    """A group whose commands come from COMMANDS; a missing module is skipped."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for _, name in COMMANDS if self.get_command(ctx, name) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        for module_name, name in COMMANDS:
+            if name == cmd_name:
+                try:
+                    module = importlib.import_module(module_name)
+                except ModuleNotFoundError as exc:
+                    if exc.name == module_name:
+                        return None
+                    raise
+                return getattr(module, name)
+        return None
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="moetune")
+def cli() -> None:
+    """Tune vLLM's and SGLang's fused-MoE Triton kernel for your model and GPU.
+
+    \b
+    Find the MoE shape of a model (no GPU, no torch needed):
+        moetune extract --model moonshotai/Kimi-K3 --tp 8 --ep
+    Tune it on this machine's GPUs and write drop-in config files:
+        moetune tune --model moonshotai/Kimi-K3 --tp 8 --ep
+    """
+
+
+def _write_crash_log() -> str:
+    fd, path = tempfile.mkstemp(prefix="moetune-crash-", suffix=".log")
+    with os.fdopen(fd, "w") as log:
+        log.write(f"moetune {__version__}, Python {sys.version.split()[0]}\n")
+        log.write(f"argv: {sys.argv}\n\n")
+        log.write(traceback.format_exc())
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI with moetune's exit codes (see the module docstring)."""
+    try:
+        cli.main(args=argv, prog_name="moetune", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Interrupted (^C)", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("Interrupted (^C)", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except MoetuneError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        path = _write_crash_log()
+        click.echo(
+            f"Error: unexpected {type(exc).__name__}: {exc} (traceback in {path})", err=True
+        )
+        sys.exit(3)
+    sys.exit(0)

@@ -1,0 +1,33 @@
+"""The exceptions moetune raises on bad input.
+
+Every `MoetuneError` is a user or data problem: the CLI prints its message on
+one line as ``Error: <message>`` and exits 1, never with a traceback.
+"""
+
+
+class MoetuneError(Exception):
+    """A problem with the user's input or data; printed as one line, exit 1."""
+
+
+class InvalidMappingsError(MoetuneError):
+    """moe_mappings.yaml (or a user mappings file) is malformed or fails its schema."""
+
+
+class ConfigSourceError(MoetuneError):
+    """The model's config.json could not be found, fetched or parsed."""
+
+
+class UnknownArchitectureError(MoetuneError):
+    """No mappings entry matches the config's architecture or model_type."""
+
+
+class MissingFieldError(MoetuneError):
+    """A required MoE parameter resolved on none of its paths."""
+
+
+class ShardingError(MoetuneError):
+    """A TP/EP split that does not divide the experts or the intermediate size."""
+
+
+class TuneError(MoetuneError):
+    """A tuning run cannot start or cannot finish (bad search space, no GPU, ...)."""

@@ -1,0 +1,1 @@
+"""config.json -> mapping -> MoE shape. Never imports torch, triton or transformers."""

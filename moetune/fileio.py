@@ -1,0 +1,35 @@
+"""Writing files so that a crash never leaves a half-written one behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` to `path` atomically: a temp file in the same folder, fsync, rename.
+
+    Readers see either the old file or the complete new one, never a torn write.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int = 4) -> Path:
+    """`atomic_write_text` of `json.dumps(data)` with a trailing newline."""
+    return atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
