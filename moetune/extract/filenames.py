@@ -1,0 +1,204 @@
+"""The exact tuned-config file names vLLM and SGLang look up, and where.
+
+Both engines key a tuned fused-MoE config on E (experts on this rank), N
+(intermediate size per rank), the GPU name, the kernel dtype string and the
+fp8 block shape. They spell two of those differently, which is why both names
+are computed here rather than one derived from the other:
+
+    vLLM    E=112,N=3072,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json
+    SGLang  E=112,N=3072,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json
+
+- vLLM renames every H200 variant (``NVIDIA H200 NVL``, ``NVIDIA H200 141GB
+  HBM3e``) to ``NVIDIA_H200``; SGLang only replaces spaces.
+- vLLM strips the space from the block shape; SGLang keeps Python's list repr.
+- Neither writes a dtype for bf16/fp16 activations; vLLM has no ``int8_w8a8``
+  string (its file carries no dtype then), SGLang does.
+- SGLang reads ``configs/triton_X_Y_Z/`` under ``$SGLANG_MOE_CONFIG_DIR`` (or
+  its package folder) and may add ``,per_channel_quant=True`` and a ``_down``
+  twin for the second GEMM.
+
+This module never imports torch: the device name is passed in as a string.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from moetune.errors import MoetuneError
+from moetune.extract.shape import MoEShape
+
+# Kernel dtype strings the engines put in file names (`--dtype` choices besides auto/bf16/fp16).
+ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")
+UNQUANTIZED = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+DTYPE_CHOICES = ("auto", "bf16", "fp16", *ENGINE_DTYPES)
+
+# Used when no GPU is visible; the CLI says so and `--device-name` overrides it.
+FALLBACK_DEVICE_NAME = "NVIDIA H200"
+
+VLLM_SEARCH_PATH = "$VLLM_TUNED_CONFIG_FOLDER/, then vllm/model_executor/layers/fused_moe/configs/"
+SGLANG_PACKAGE_DIR = "sglang/srt/layers/moe/fused_moe_triton"
+
+
+@dataclass(frozen=True)
+class KernelDtype:
+    """The dtype the fused-MoE kernel runs in, as the engines' file names spell it.
+
+    `engine_dtype` is the file-name string (``"fp8_w8a8"``...) or None for
+    unquantized bf16/fp16; `activation_dtype` is the torch dtype name of the
+    activations (``"bfloat16"``/``"float16"``); `block_shape` is the fp8 weight
+    block ``(block_n, block_k)`` or None; `reason` says where the choice came from.
+    """
+
+    engine_dtype: str | None
+    activation_dtype: str
+    block_shape: tuple[int, int] | None
+    reason: str
+    note: str | None = None
+
+
+def resolve_kernel_dtype(shape: MoEShape, requested: str = "auto") -> KernelDtype:
+    """Pick the kernel dtype from the checkpoint (``auto``) or the user's `--dtype`.
+
+    ``auto`` maps ``quant_method: fp8`` to ``fp8_w8a8`` with the checkpoint's
+    ``weight_block_size``. Other quantization methods (compressed-tensors,
+    mxfp4, gptq, awq...) are served by kernels that do not read these files
+    (Marlin, MXFP4), so ``auto`` falls back to the unquantized names and says so.
+    """
+    activation = "float16" if shape.dtype == "float16" else "bfloat16"
+    if requested in UNQUANTIZED:
+        return KernelDtype(None, UNQUANTIZED[requested], None, f"--dtype {requested}")
+    if requested in ENGINE_DTYPES:
+        block = shape.weight_block_size if requested == "fp8_w8a8" else None
+        return KernelDtype(requested, activation, block, f"--dtype {requested}")
+    if requested != "auto":
+        raise MoetuneError(
+            f"unknown dtype {requested!r}; choose one of: {', '.join(DTYPE_CHOICES)}"
+        )
+    method = shape.quant_method
+    if method is None:
+        return KernelDtype(None, activation, None, f"checkpoint dtype {shape.dtype or 'unset'}")
+    if method == "fp8":
+        return KernelDtype(
+            "fp8_w8a8", activation, shape.weight_block_size, "quantization_config.quant_method fp8"
+        )
+    return KernelDtype(
+        None,
+        activation,
+        None,
+        f"quantization_config.quant_method {method}",
+        note=(
+            f"quant_method {method!r} runs on kernels that do not read these files "
+            "(Marlin, MXFP4...); the names shown are the unquantized kernel's. "
+            f"Pass --dtype ({', '.join(ENGINE_DTYPES)}) to name another."
+        ),
+    )
+
+
+def vllm_device_name(device_name: str) -> str:
+    """torch's device name as vLLM writes it: spaces to ``_``, every H200 ``NVIDIA_H200``."""
+    name = device_name.strip().replace(" ", "_")
+    if "H200" in name.split("_"):
+        return "NVIDIA_H200"
+    return name
+
+
+def sglang_device_name(device_name: str) -> str:
+    """torch's device name as SGLang writes it: spaces to ``_``, nothing else."""
+    return device_name.strip().replace(" ", "_")
+
+
+def _block_suffix(block_shape: tuple[int, int] | list[int] | None) -> str:
+    # Both engines drop the block shape when it is missing or has a zero entry
+    # (vLLM's WNA16 path passes [0, group_size]).
+    if not block_shape or not all(block_shape):
+        return ""
+    return f",block_shape={list(block_shape)}"
+
+
+def vllm_config_filename(
+    E: int,
+    N: int,
+    device_name: str,
+    dtype: str | None = None,
+    block_shape: tuple[int, int] | list[int] | None = None,
+) -> str:
+    """vLLM's `get_config_file_name`: ``E=..,N=..,device_name=..[,dtype=..][,block_shape=[bn,bk]].json``."""
+    # vLLM's `_get_config_dtype_str` has no int8_w8a8: such a file carries no dtype.
+    dtype_part = f",dtype={dtype}" if dtype and dtype != "int8_w8a8" else ""
+    block = _block_suffix(block_shape).replace(" ", "")
+    return f"E={E},N={N},device_name={vllm_device_name(device_name)}{dtype_part}{block}.json"
+
+
+def sglang_config_filename(
+    E: int,
+    N: int,
+    device_name: str,
+    dtype: str | None = None,
+    block_shape: tuple[int, int] | list[int] | None = None,
+    *,
+    per_channel_quant: bool = False,
+    down: bool = False,
+) -> str:
+    """SGLang's `get_config_file_name`: block shape with a space, optional per-channel and ``_down``.
+
+    E is the caller's: SGLang adds the fused shared experts to it for models
+    where it fuses them (DeepSeek-V3 and others), which moetune does not guess.
+    """
+    dtype_part = f",dtype={dtype}" if dtype else ""
+    per_channel = ",per_channel_quant=True" if per_channel_quant else ""
+    down_part = "_down" if down else ""
+    return (
+        f"E={E},N={N},device_name={sglang_device_name(device_name)}"
+        f"{dtype_part}{_block_suffix(block_shape)}{per_channel}{down_part}.json"
+    )
+
+
+def sglang_config_folder(triton_version: str) -> str:
+    """The folder SGLang reads for a Triton version: ``configs/triton_3_4_0/``."""
+    return f"configs/triton_{triton_version.replace('.', '_')}/"
+
+
+def installed_triton_version() -> str | None:
+    """The installed Triton's version from package metadata, without importing triton."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def detect_device_name() -> str | None:
+    """The first GPU's name from ``nvidia-smi`` (same string as torch's), or None.
+
+    Asking torch would import it, which `moetune extract` must not do.
+    """
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        result = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    if result.returncode != 0 or not names:
+        return None
+    return names[0]
+
+
+def sglang_config_dir_hint(triton_version: str | None) -> str:
+    """Where SGLang looks, as one line for humans."""
+    folder = sglang_config_folder(triton_version) if triton_version else "configs/triton_X_Y_Z/"
+    root = os.environ.get("SGLANG_MOE_CONFIG_DIR")
+    if root:
+        return f"{os.path.join(root, folder)} ($SGLANG_MOE_CONFIG_DIR)"
+    return f"$SGLANG_MOE_CONFIG_DIR/{folder}, default {SGLANG_PACKAGE_DIR}/{folder}"

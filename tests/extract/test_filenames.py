@@ -1,0 +1,167 @@
+"""Engine file names, checked against the formats in vLLM's and SGLang's `get_config_file_name`."""
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.extract import filenames
+from moetune.extract.filenames import (
+    resolve_kernel_dtype,
+    sglang_config_filename,
+    sglang_config_folder,
+    sglang_device_name,
+    vllm_config_filename,
+    vllm_device_name,
+)
+from moetune.extract.shape import MoEShape
+
+DEEPSEEK_V3 = MoEShape(256, 8, 2048, 7168, 7168, 1, "bfloat16", "fp8", (128, 128))
+KIMI_K3 = MoEShape(896, 16, 3072, 7168, 3584, 1, "bfloat16", "compressed-tensors", None)
+MIXTRAL_FP16 = MoEShape(8, 2, 14336, 4096, 4096, None, "float16")
+
+
+@pytest.mark.parametrize(
+    "torch_name, vllm, sglang",
+    [
+        ("NVIDIA H200", "NVIDIA_H200", "NVIDIA_H200"),
+        # vLLM folds every H200 variant into one name; SGLang keeps torch's.
+        ("NVIDIA H200 NVL", "NVIDIA_H200", "NVIDIA_H200_NVL"),
+        ("NVIDIA H200 141GB HBM3e", "NVIDIA_H200", "NVIDIA_H200_141GB_HBM3e"),
+        ("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB_HBM3", "NVIDIA_H100_80GB_HBM3"),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA_A100-SXM4-80GB", "NVIDIA_A100-SXM4-80GB"),
+        # GH200 is not an H200: vLLM's test is on the whole "_"-separated word.
+        ("NVIDIA GH200 480GB", "NVIDIA_GH200_480GB", "NVIDIA_GH200_480GB"),
+        # Already-normalised input passes through unchanged.
+        ("NVIDIA_H200", "NVIDIA_H200", "NVIDIA_H200"),
+    ],
+)
+def test_device_names(torch_name, vllm, sglang):
+    assert vllm_device_name(torch_name) == vllm
+    assert sglang_device_name(torch_name) == sglang
+
+
+def test_unquantized_names_have_no_dtype():
+    assert (
+        vllm_config_filename(112, 3072, "NVIDIA H200")
+        == "E=112,N=3072,device_name=NVIDIA_H200.json"
+    )
+    assert sglang_config_filename(112, 3072, "NVIDIA H200 NVL") == (
+        "E=112,N=3072,device_name=NVIDIA_H200_NVL.json"
+    )
+
+
+def test_block_shape_spacing_differs_between_engines():
+    assert vllm_config_filename(256, 256, "NVIDIA H200", "fp8_w8a8", (128, 128)) == (
+        "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    )
+    assert sglang_config_filename(256, 256, "NVIDIA H200", "fp8_w8a8", (128, 128)) == (
+        "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    )
+
+
+def test_zero_block_entry_is_dropped_like_the_engines_do():
+    # vLLM's WNA16 path passes [0, group_size]; both engines then omit the block.
+    assert vllm_config_filename(8, 7168, "NVIDIA H100", "int4_w4a16", [0, 128]) == (
+        "E=8,N=7168,device_name=NVIDIA_H100,dtype=int4_w4a16.json"
+    )
+    assert sglang_config_filename(8, 7168, "NVIDIA H100", "int4_w4a16", [0, 128]) == (
+        "E=8,N=7168,device_name=NVIDIA_H100,dtype=int4_w4a16.json"
+    )
+
+
+def test_int8_w8a8_is_sglang_only():
+    assert vllm_config_filename(8, 7168, "NVIDIA H100", "int8_w8a8") == (
+        "E=8,N=7168,device_name=NVIDIA_H100.json"
+    )
+    assert sglang_config_filename(8, 7168, "NVIDIA H100", "int8_w8a8", per_channel_quant=True) == (
+        "E=8,N=7168,device_name=NVIDIA_H100,dtype=int8_w8a8,per_channel_quant=True.json"
+    )
+
+
+def test_sglang_down_twin_and_folder():
+    assert sglang_config_filename(256, 256, "NVIDIA B200", "fp8_w8a8", [128, 128], down=True) == (
+        "E=256,N=256,device_name=NVIDIA_B200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json"
+    )
+    assert sglang_config_folder("3.4.0") == "configs/triton_3_4_0/"
+
+
+def test_sglang_dir_hint_follows_the_environment(monkeypatch):
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    assert filenames.sglang_config_dir_hint("3.6.0") == (
+        "$SGLANG_MOE_CONFIG_DIR/configs/triton_3_6_0/, "
+        "default sglang/srt/layers/moe/fused_moe_triton/configs/triton_3_6_0/"
+    )
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", "/opt/moe")
+    assert filenames.sglang_config_dir_hint("3.6.0") == (
+        "/opt/moe/configs/triton_3_6_0/ ($SGLANG_MOE_CONFIG_DIR)"
+    )
+
+
+def test_auto_dtype_from_fp8_block_checkpoint():
+    dtype = resolve_kernel_dtype(DEEPSEEK_V3)
+    assert (dtype.engine_dtype, dtype.activation_dtype, dtype.block_shape) == (
+        "fp8_w8a8",
+        "bfloat16",
+        (128, 128),
+    )
+    assert dtype.note is None
+
+
+def test_auto_dtype_unquantized_keeps_the_activation_dtype():
+    dtype = resolve_kernel_dtype(MIXTRAL_FP16)
+    assert (dtype.engine_dtype, dtype.activation_dtype, dtype.block_shape) == (
+        None,
+        "float16",
+        None,
+    )
+
+
+def test_auto_dtype_for_a_method_these_files_do_not_serve_says_so():
+    dtype = resolve_kernel_dtype(KIMI_K3)
+    assert dtype.engine_dtype is None
+    assert dtype.activation_dtype == "bfloat16"
+    assert "compressed-tensors" in dtype.note and "--dtype" in dtype.note
+
+
+@pytest.mark.parametrize(
+    "requested, engine, activation, block",
+    [
+        ("bf16", None, "bfloat16", None),
+        ("fp16", None, "float16", None),
+        ("fp8_w8a8", "fp8_w8a8", "bfloat16", (128, 128)),
+        ("int8_w8a16", "int8_w8a16", "bfloat16", None),
+    ],
+)
+def test_dtype_override(requested, engine, activation, block):
+    dtype = resolve_kernel_dtype(DEEPSEEK_V3, requested)
+    assert (dtype.engine_dtype, dtype.activation_dtype, dtype.block_shape) == (
+        engine,
+        activation,
+        block,
+    )
+    assert dtype.reason == f"--dtype {requested}"
+
+
+def test_fp8_override_on_unquantized_checkpoint_is_per_tensor():
+    assert resolve_kernel_dtype(MIXTRAL_FP16, "fp8_w8a8").block_shape is None
+
+
+def test_unknown_dtype_lists_the_choices():
+    with pytest.raises(MoetuneError) as exc:
+        resolve_kernel_dtype(DEEPSEEK_V3, "fp4")
+    assert str(exc.value) == (
+        "unknown dtype 'fp4'; choose one of: auto, bf16, fp16, fp8_w8a8, int8_w8a8, "
+        "int8_w8a16, int4_w4a16"
+    )
+
+
+def test_detect_device_name_without_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(filenames.shutil, "which", lambda name: None)
+    assert filenames.detect_device_name() is None
+
+
+def test_detect_device_name_reads_the_first_gpu(monkeypatch, tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200'\necho 'NVIDIA H200'\n")
+    smi.chmod(0o755)
+    monkeypatch.setattr(filenames.shutil, "which", lambda name: str(smi))
+    assert filenames.detect_device_name() == "NVIDIA H200"
