@@ -1,0 +1,221 @@
+"""Where a model's config.json comes from: a path, the Hugging Face cache, the bundled catalog, the Hub.
+
+`load_config(model)` reads raw JSON only, never executes a repository's code,
+and tries, in order:
+
+1. an existing path: a model directory holding ``config.json``, or a JSON file;
+2. for a repo id (``org/name``), the local Hugging Face cache
+   (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``),
+   at ``--revision`` or ``main``: what the user has downloaded is what they serve;
+3. the bundled catalog (``moetune/catalog/org__name.json``, repo id matched
+   case-insensitively), unless ``--revision`` is given;
+4. the Hugging Face Hub, unless ``HF_HUB_OFFLINE`` is set (``HF_TOKEN`` is honoured).
+
+The bundled snapshot wins over the Hub: it answers in milliseconds, offline and
+the same way every time, and its provenance is printed. A user who wants the
+Hub's current file passes ``--revision main`` (or any revision), which skips the
+catalog. huggingface_hub is imported only when the cache holds the repo or the
+Hub is asked, because importing it costs about 0.1 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moetune.errors import ConfigSourceError
+
+CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
+CONFIG_NAME = "config.json"
+_REPO_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A parsed config.json, a human description of its source and its file path."""
+
+    config: dict[str, Any]
+    description: str
+    path: str | None
+
+
+def load_config(model: str, *, revision: str | None = None) -> LoadedConfig:
+    """Find and parse `model`'s config.json (see the module docstring for the order)."""
+    local = Path(model).expanduser()
+    if local.exists():
+        return _load_local(local)
+    if _looks_like_path(model):
+        raise ConfigSourceError(f"{model}: no such file or directory")
+    if not _REPO_ID.fullmatch(model):
+        raise ConfigSourceError(
+            f"{model!r} is neither an existing path nor a Hugging Face repo id (org/name)"
+        )
+    cached = _from_hf_cache(model, revision)
+    if cached is not None:
+        return cached
+    if revision is None:
+        bundled = _from_catalog(model)
+        if bundled is not None:
+            return bundled
+    if hf_offline():
+        hint = " or drop --revision to use the bundled snapshot" if _catalog_file(model) else ""
+        raise ConfigSourceError(
+            f"{model}{_at(revision)} is not in the Hugging Face cache ({hf_cache_dir()}) "
+            f"and HF_HUB_OFFLINE is set: run `hf download {model} {CONFIG_NAME}` "
+            f"on a connected machine, pass --model /path/to/config.json{hint}"
+        )
+    return _from_hub(model, revision)
+
+
+def hf_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` forbids network calls (read at call time, not import time)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in _TRUE
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, resolved from the environment as huggingface_hub does."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(xdg).expanduser() / "huggingface" / "hub"
+
+
+def catalog_models() -> list[str]:
+    """Repo ids of the bundled config snapshots, sorted."""
+    return sorted(path.stem.replace("__", "/", 1) for path in CATALOG_DIR.glob("*.json"))
+
+
+def read_json_file(path: Path) -> dict[str, Any]:
+    """Parse a JSON object from `path`; any problem is a one-line `ConfigSourceError`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigSourceError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigSourceError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigSourceError(
+            f"malformed JSON in {path} at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigSourceError(f"{path} holds a JSON {type(data).__name__}, not a config object")
+    return data
+
+
+def _at(revision: str | None) -> str:
+    return f" (revision {revision})" if revision else ""
+
+
+def _looks_like_path(model: str) -> bool:
+    return model.startswith(("/", ".", "~")) or model.endswith(".json") or model.count("/") > 1
+
+
+def _load_local(path: Path) -> LoadedConfig:
+    file = path / CONFIG_NAME if path.is_dir() else path
+    if path.is_dir() and not file.is_file():
+        raise ConfigSourceError(f"{path} is a directory without a {CONFIG_NAME}")
+    return LoadedConfig(read_json_file(file), f"local file {file}", str(file))
+
+
+def _from_hf_cache(repo_id: str, revision: str | None) -> LoadedConfig | None:
+    cache = hf_cache_dir()
+    if not (cache / f"models--{repo_id.replace('/', '--')}").is_dir():
+        return None  # the common case, answered without importing huggingface_hub
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, CONFIG_NAME, cache_dir=cache, revision=revision)
+    if not isinstance(found, str):
+        return None
+    file = Path(found)
+    return LoadedConfig(
+        read_json_file(file), f"Hugging Face cache (revision {file.parent.name})", str(file)
+    )
+
+
+def _catalog_file(repo_id: str) -> Path | None:
+    wanted = f"{repo_id.replace('/', '__')}.json".lower()
+    for path in CATALOG_DIR.glob("*.json"):
+        if path.name.lower() == wanted:
+            return path
+    return None
+
+
+def _from_catalog(repo_id: str) -> LoadedConfig | None:
+    file = _catalog_file(repo_id)
+    if file is None:
+        return None
+    provenance = catalog_provenance(file.name) or f"see {CATALOG_DIR / 'INDEX.md'}"
+    return LoadedConfig(
+        read_json_file(file),
+        f"bundled snapshot {file.name} (provenance {provenance})",
+        str(file),
+    )
+
+
+def catalog_provenance(file_name: str) -> str | None:
+    """The provenance cell of `file_name`'s row in the catalog's INDEX.md table, if any."""
+    index = CATALOG_DIR / "INDEX.md"
+    if not index.is_file():
+        return None
+    column = None
+    for line in index.read_text(encoding="utf-8").splitlines():
+        # Cells may contain escaped pipes (``\|``) inside backticks.
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if not cells:
+            continue
+        lowered = [cell.lower() for cell in cells]
+        if "provenance" in lowered:
+            column = lowered.index("provenance")
+        elif column is not None and cells[0].strip("`") == file_name and column < len(cells):
+            return cells[column].strip("`") or None
+    return None
+
+
+def _from_hub(repo_id: str, revision: str | None) -> LoadedConfig:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{repo_id}{_at(revision)}"
+    try:
+        found = hf_hub_download(repo_id, CONFIG_NAME, revision=revision, cache_dir=hf_cache_dir())
+    except LocalEntryNotFoundError:
+        raise ConfigSourceError(
+            f"cannot reach the Hugging Face Hub for {where} and it is not cached: check the "
+            f"network, or run `hf download {repo_id} {CONFIG_NAME}` where it works"
+        ) from None
+    except GatedRepoError:
+        raise ConfigSourceError(
+            f"{repo_id} is gated: accept its terms on the Hub and set HF_TOKEN"
+        ) from None
+    except RepositoryNotFoundError:
+        raise ConfigSourceError(
+            f"{repo_id} is not on the Hugging Face Hub (a private repo needs HF_TOKEN)"
+        ) from None
+    except RevisionNotFoundError:
+        raise ConfigSourceError(f"revision {revision!r} does not exist in {repo_id}") from None
+    except EntryNotFoundError:
+        raise ConfigSourceError(f"{where} has no {CONFIG_NAME}") from None
+    except (HfHubHTTPError, OSError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigSourceError(f"fetching {where} from the Hub failed: {first_line}") from None
+    file = Path(found)
+    return LoadedConfig(
+        read_json_file(file), f"Hugging Face Hub (revision {file.parent.name})", str(file)
+    )
