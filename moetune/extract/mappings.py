@@ -1,0 +1,421 @@
+"""The registry of MoE architectures: moe_mappings.yaml, loaded, validated and matched.
+
+Each entry of the YAML names the architectures (`architectures[0]`) and/or
+`model_type` values it covers and, for each MoE parameter, one dotted path or
+an ordered list of alternatives (see `moetune.extract.paths`). Every load is
+validated against `schemas/moe_mappings.schema.json`; a problem is reported in
+one line naming the file, the line, the entry and the field.
+
+A user's file (`--mappings FILE` or `$MOETUNE_MAPPINGS`) is merged over the
+built-in one (its entries come first; an entry with the same name replaces the
+built-in one) or, with `replace=True`, used alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moetune.errors import InvalidMappingsError, UnknownArchitectureError
+from moetune.extract.paths import parse_path
+
+logger = logging.getLogger(__name__)
+
+ENV_VAR = "MOETUNE_MAPPINGS"
+REQUIRED_PARAMS = ("num_experts", "top_k", "intermediate_size", "hidden_size")
+_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True)
+class Default:
+    """A literal value in a parameter's list of alternatives (`{default: 1}`)."""
+
+    value: Any
+
+    def __str__(self) -> str:
+        return f"{{default: {self.value!r}}}"
+
+
+Alternative = str | Default
+
+
+@dataclass(frozen=True)
+class MappingEntry:
+    """One architecture family: what it matches and where its parameters live.
+
+    `text_config` holds candidate paths of the object the text model's fields
+    live in (the first that exists in the config wins; none: the top level);
+    every path in `params` is read below it unless it starts with "/".
+    """
+
+    name: str
+    params: dict[str, tuple[Alternative, ...]]
+    architectures: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()
+    text_config: tuple[str, ...] = ()
+    description: str = ""
+    notes: str = ""
+    fallback: bool = False
+    source_file: str = ""
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """The entry as it would be written in moe_mappings.yaml."""
+        data: dict[str, Any] = {"name": self.name}
+        if self.description:
+            data["description"] = self.description
+        if self.architectures:
+            data["architectures"] = list(self.architectures)
+        if self.model_types:
+            data["model_types"] = list(self.model_types)
+        if self.text_config:
+            data["text_config"] = list(self.text_config)
+        if self.fallback:
+            data["fallback"] = True
+        data["params"] = {
+            name: [{"default": alt.value} if isinstance(alt, Default) else alt for alt in alts]
+            for name, alts in self.params.items()
+        }
+        if self.notes:
+            data["notes"] = self.notes
+        return data
+
+
+@dataclass(frozen=True)
+class Registry:
+    """All entries in priority order (user entries first, the fallback last)."""
+
+    entries: tuple[MappingEntry, ...]
+    source_files: tuple[str, ...] = ()
+
+    def names(self) -> list[str]:
+        return [entry.name for entry in self.entries]
+
+    @property
+    def fallback(self) -> MappingEntry | None:
+        return next((entry for entry in self.entries if entry.fallback), None)
+
+    def match(self, config: dict[str, Any]) -> tuple[MappingEntry, bool]:
+        """The entry for `config` and whether it is the generic guess.
+
+        `architectures[0]` is tried against every entry first, then
+        `model_type`; when neither matches, the fallback entry (guessed=True).
+        """
+        architecture, model_type = config_identity(config)
+        specific = [entry for entry in self.entries if not entry.fallback]
+        if architecture is not None:
+            for entry in specific:
+                if architecture in entry.architectures:
+                    return entry, False
+        if model_type is not None:
+            for entry in specific:
+                if model_type in entry.model_types:
+                    return entry, False
+        if self.fallback is not None:
+            return self.fallback, True
+        raise UnknownArchitectureError(unknown_architecture_message(self, config))
+
+
+def config_identity(config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(`architectures[0]`, `model_type`) of a config.json, None where absent."""
+    architectures = config.get("architectures")
+    architecture = None
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        architecture = architectures[0]
+    elif isinstance(architectures, str):
+        architecture = architectures
+    model_type = config.get("model_type")
+    return architecture, model_type if isinstance(model_type, str) and model_type else None
+
+
+def unknown_architecture_message(
+    registry: Registry,
+    config: dict[str, Any],
+    found: dict[str, str] | None = None,
+    missing: list[str] | None = None,
+) -> str:
+    """One line: what is unknown, the close matches, and the entry to add.
+
+    `found` maps the parameters the generic guess did resolve to their paths;
+    they are filled into the suggested entry, the rest are left as <path>.
+    """
+    architecture, model_type = config_identity(config)
+    what = " ".join(
+        part
+        for part in (
+            f"architecture {architecture!r}" if architecture else "",
+            f"model_type {model_type!r}" if model_type else "",
+        )
+        if part
+    )
+    message = f"unknown {what or 'architecture (config has no architectures or model_type)'}"
+    if missing:
+        message += f": the generic guess found no {', '.join(missing)}"
+    known = sorted(
+        {name for entry in registry.entries for name in entry.architectures + entry.model_types}
+    )
+    close = []
+    for name in (architecture, model_type):
+        if name:
+            close += [c for c in difflib.get_close_matches(name, known, n=3) if c not in close]
+    if close:
+        message += f"; close matches: {', '.join(close)}"
+    name = (model_type or architecture or "my_moe").lower().replace("-", "_")
+    keys = []
+    if architecture:
+        keys.append(f"architectures: [{architecture}]")
+    if model_type:
+        keys.append(f"model_types: [{model_type}]")
+    params = ", ".join(f"{p}: {(found or {}).get(p, '<path>')}" for p in REQUIRED_PARAMS)
+    entry = f"{{name: {name}, {', '.join(keys)}, params: {{{params}}}}}"
+    return f"{message}; add an entry to moe_mappings.yaml (or a --mappings file): {entry}"
+
+
+def builtin_mappings_path() -> Path:
+    """The moe_mappings.yaml shipped with moetune."""
+    return _DATA_DIR / "moe_mappings.yaml"
+
+
+def schema_path() -> Path:
+    return _DATA_DIR / "schemas" / "moe_mappings.schema.json"
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    with open(schema_path()) as handle:
+        return Draft202012Validator(json.load(handle))
+
+
+def _schema_properties(definition: str | None = None) -> tuple[str, ...]:
+    """The keys the schema knows at the top level or in one of its $defs."""
+    schema = _validator().schema
+    if definition is not None:
+        schema = schema["$defs"][definition]
+    return tuple(schema["properties"])
+
+
+# ---------------------------------------------------------------------------
+# Reading one file: YAML, schema, semantic checks. Each step returns problems
+# as one-line strings; `load_mappings_file` raises the first, `validate_file`
+# returns them all.
+
+
+@dataclass(frozen=True)
+class MappingsFile:
+    path: str
+    entries: tuple[MappingEntry, ...]
+    common_params: dict[str, tuple[Alternative, ...]] = field(default_factory=dict)
+
+
+def _read(path: str) -> tuple[str, Any, list[str]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        return "", None, [f"{path}: cannot read mappings file ({exc.strerror or exc})"]
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        return text, None, [f"{path}{where}: malformed YAML ({problem})"]
+    except yaml.YAMLError as exc:
+        return text, None, [f"{path}: malformed YAML ({exc})"]
+    return text, data, []
+
+
+def _line_of(text: str, location: list[Any]) -> int | None:
+    """The 1-based line of the YAML node at `location` (keys and indices)."""
+    try:
+        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None
+    for step in location:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == step), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+            node = node.value[step] if step < len(node.value) else None
+        else:
+            break
+        if node is None:
+            return None
+    return node.start_mark.line + 1 if node is not None else None
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _where(path: str, text: str, data: Any, location: list[Any]) -> str:
+    """'FILE, line N: entry NAME, field a.b' for a location in the document."""
+    line = _line_of(text, location)
+    head = f"{path}, line {line}" if line else path
+    details = []
+    rest = list(location)
+    if len(rest) >= 2 and rest[0] == "entries" and isinstance(rest[1], int):
+        raw = data["entries"][rest[1]]
+        name = raw.get("name") if isinstance(raw, dict) else None
+        details.append(f"entry {name!r}" if isinstance(name, str) else f"entry #{rest[1] + 1}")
+        rest = rest[2:]
+    if rest:
+        dotted = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in rest)
+        details.append(f"field {dotted.lstrip('.')!r}")
+    return f"{head}: {', '.join(details)}" if details else head
+
+
+def _schema_problems(path: str, text: str, data: Any) -> list[str]:
+    problems = []
+    for error in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.path))):
+        location = list(error.absolute_path)
+        if error.validator == "required":
+            absent = [name for name in error.validator_value if name not in error.instance]
+            location_text = _where(path, text, data, location + absent[:1])
+            problems.append(f"{location_text}: missing (required)")
+            continue
+        expected = error.schema.get("description") if isinstance(error.schema, dict) else None
+        if error.validator == "const":
+            expected = repr(error.validator_value)
+        elif error.validator == "additionalProperties":
+            expected = "only the key 'default'"
+        problems.append(
+            f"{_where(path, text, data, location)}: expected {expected or error.message}, "
+            f"got {_short(error.instance)}"
+        )
+    return problems
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, list) else (value,)
+
+
+def _alternatives(value: Any) -> tuple[Alternative, ...]:
+    return tuple(
+        Default(item["default"]) if isinstance(item, dict) else parse_path(item).text
+        for item in _as_tuple(value)
+    )
+
+
+def _params(raw: dict[str, Any]) -> dict[str, tuple[Alternative, ...]]:
+    return {name: _alternatives(paths) for name, paths in raw.items()}
+
+
+def _warn_unknown(path: str, where: str, keys: Any, known: tuple[str, ...], what: str) -> None:
+    for key in keys:
+        if key not in known:
+            logger.warning(
+                "%s: %s: unknown %s %r ignored (known: %s)",
+                path,
+                where,
+                what,
+                key,
+                ", ".join(known),
+            )
+
+
+def _parse(path: str, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
+    """Entries from a schema-valid document, plus semantic problems."""
+    problems = []
+    entry_keys = _schema_properties("entry")
+    param_names = _schema_properties("params")
+    _warn_unknown(path, "top level", data, _schema_properties(), "key")
+    _warn_unknown(path, "common_params", data.get("common_params") or {}, param_names, "parameter")
+    entries = []
+    seen: set[str] = set()
+    for raw in data["entries"]:
+        name = raw["name"]
+        _warn_unknown(path, f"entry {name!r}", raw, entry_keys, "key")
+        _warn_unknown(path, f"entry {name!r}", raw["params"], param_names, "parameter")
+        if name in seen:
+            problems.append(f"{path}: entry {name!r}: duplicate entry name")
+        seen.add(name)
+        params = _params(raw["params"])
+        entries.append(
+            MappingEntry(
+                name=name,
+                params={key: params[key] for key in params if key in param_names},
+                architectures=_as_tuple(raw.get("architectures")),
+                model_types=_as_tuple(raw.get("model_types")),
+                text_config=_as_tuple(raw.get("text_config")),
+                description=raw.get("description", ""),
+                notes=raw.get("notes", ""),
+                fallback=bool(raw.get("fallback", False)),
+                source_file=path,
+            )
+        )
+    fallbacks = [entry.name for entry in entries if entry.fallback]
+    if len(fallbacks) > 1:
+        problems.append(f"{path}: more than one fallback entry ({', '.join(fallbacks)})")
+    common = _params(data.get("common_params") or {})
+    return MappingsFile(path=path, entries=tuple(entries), common_params=common), problems
+
+
+def _check(path: str) -> tuple[MappingsFile | None, list[str]]:
+    text, data, problems = _read(path)
+    if problems:
+        return None, problems
+    problems = _schema_problems(path, text, data)
+    if problems:
+        return None, problems
+    return _parse(path, data)
+
+
+def validate_file(path: str | os.PathLike[str]) -> list[str]:
+    """Every problem in a mappings file, one line each; [] when it is valid."""
+    return _check(str(path))[1]
+
+
+def load_mappings_file(path: str | os.PathLike[str]) -> MappingsFile:
+    """Read and validate one mappings file; raises InvalidMappingsError on the first problem."""
+    mappings, problems = _check(str(path))
+    if problems or mappings is None:
+        raise InvalidMappingsError(problems[0])
+    return mappings
+
+
+def _with_common(entry: MappingEntry, common: dict[str, tuple[Alternative, ...]]) -> MappingEntry:
+    return dataclasses.replace(entry, params={**common, **entry.params})
+
+
+def load_registry(
+    user_path: str | os.PathLike[str] | None = None, *, replace: bool = False
+) -> Registry:
+    """The built-in registry, with a user's mappings file merged over it or replacing it.
+
+    `user_path` None means `$MOETUNE_MAPPINGS` when set. User entries take
+    priority; a user entry named like a built-in one replaces it; user
+    `common_params` override the built-in ones parameter by parameter.
+    """
+    if user_path is None:
+        user_path = os.environ.get(ENV_VAR) or None
+    files = []
+    if not (replace and user_path is not None):
+        files.append(load_mappings_file(builtin_mappings_path()))
+    if user_path is not None:
+        files.append(load_mappings_file(user_path))
+    common: dict[str, tuple[Alternative, ...]] = {}
+    entries: list[MappingEntry] = []
+    for mappings in files:
+        common.update(mappings.common_params)
+        names = {entry.name for entry in mappings.entries}
+        has_fallback = any(entry.fallback for entry in mappings.entries)
+        kept = [e for e in entries if e.name not in names and not (has_fallback and e.fallback)]
+        entries = list(mappings.entries) + kept
+    entries.sort(key=lambda entry: entry.fallback)
+    return Registry(
+        entries=tuple(_with_common(entry, common) for entry in entries),
+        source_files=tuple(mappings.path for mappings in files),
+    )
