@@ -1,0 +1,64 @@
+"""The config the fused-MoE kernel runs with when no tuned file covers the shape.
+
+The heuristic reads the shape the way vLLM's published H200 files do
+(``E=128,N=768``, ``E=128,N=384``, ``E=8,N=7168``): what matters is how many token
+slots each expert gets, ``M * top_k / E``. Few slots per expert means a
+weight-streaming GEMM (small ``BLOCK_SIZE_M``, a long ``BLOCK_SIZE_K`` so each
+program moves a lot of weight bytes); many slots per expert means a
+compute-bound GEMM (128 x 256 tiles, 8 warps), the shape every published file
+converges to from M = 1024 up. Block-quantized fp8 keeps ``BLOCK_SIZE_K`` a
+divisor of the quantization block and ``BLOCK_SIZE_N`` at most its N size, as
+vLLM's tuner requires, so the config also runs unchanged in vLLM.
+"""
+
+from __future__ import annotations
+
+DTYPES = ("bf16", "fp16", "fp8_w8a8", "int8_w8a16")
+
+
+def _config(bm: int, bn: int, bk: int, group: int, warps: int, stages: int) -> dict:
+    return {
+        "BLOCK_SIZE_M": bm,
+        "BLOCK_SIZE_N": bn,
+        "BLOCK_SIZE_K": bk,
+        "GROUP_SIZE_M": group,
+        "num_warps": warps,
+        "num_stages": stages,
+    }
+
+
+def default_config(
+    M: int,
+    E: int,
+    N: int,
+    K: int,
+    top_k: int,
+    dtype: str,
+    block_shape: tuple[int, int] | None = None,
+) -> dict:
+    """A kernel config for M tokens, E experts, w1 ``[E, 2N, K]``, top-k routing and `dtype`.
+
+    Returns exactly the six keys of a vLLM/SGLang tuned-config entry.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    slots_per_expert = M * top_k / E
+    if slots_per_expert <= 8:
+        config = _config(16, 64 if E >= 64 else 128, 128, 1, 4, 4)
+    elif slots_per_expert <= 16:
+        config = _config(32, 128, 128, 16, 4, 3)
+    elif slots_per_expert <= 32:
+        config = _config(64, 128, 64 if E >= 64 else 128, 16, 4, 3)
+    else:
+        config = _config(128, 256, 64, 16, 8, 4)
+
+    if dtype == "fp8_w8a8":
+        # One fp8 byte per element: a K step twice as long moves the same bytes.
+        config["BLOCK_SIZE_K"] = 128
+        if config["BLOCK_SIZE_M"] == 128:
+            config["num_stages"] = 3  # 4 stages of 128x128 + 128x256 fp8 tiles: 192 KiB
+        if block_shape is not None:
+            bn, bk = block_shape
+            config["BLOCK_SIZE_K"] = min(128, bk)
+            config["BLOCK_SIZE_N"] = min(config["BLOCK_SIZE_N"], bn)
+    return config

@@ -1,0 +1,161 @@
+"""The fused-MoE layer: routing, alignment, two grouped GEMMs, SiLU-and-mul and the top-k sum.
+
+    router_logits ──topk_routing──► topk_weights, topk_ids [M, top_k]
+    topk_ids ──align_block_size──► sorted_token_ids, expert_ids, num_tokens_post_padded
+    x [M, K] ──GEMM1 (w1)──► gate_up [M*top_k, 2N] ──silu_and_mul──► act [M*top_k, N]
+    act ──GEMM2 (w2, × topk weight)──► down [M, top_k, K] ──moe_sum──► out [M, K]
+
+fp8 w8a8 quantizes x before GEMM1 and act before GEMM2 (dynamically, per tensor or
+per token group). One config drives both GEMMs, as in vLLM and SGLang. Every step
+is a GPU kernel with static shapes and no host sync, so a call can be captured in
+a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from moetune.kernel.activation import silu_and_mul
+from moetune.kernel.align import align_block_size
+from moetune.kernel.config import default_config
+from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
+from moetune.kernel.quant import MoEQuant, per_tensor_quant_fp8, per_token_group_quant_fp8
+from moetune.kernel.reduce import moe_sum
+from moetune.kernel.routing import topk_routing
+
+if TYPE_CHECKING:
+    import torch
+
+
+def kernel_dtype(x: torch.Tensor, quant: MoEQuant | None) -> str:
+    """The engines' dtype string for a call: the quantization's, else "bf16" or "fp16"."""
+    import torch
+
+    if quant is not None:
+        return quant.dtype
+    return "fp16" if x.dtype == torch.float16 else "bf16"
+
+
+def _quantize_activation(a: torch.Tensor, quant: MoEQuant | None):
+    """``(a as GEMM input, its scale or None)``: fp8 for w8a8, unchanged otherwise."""
+    if quant is None or quant.dtype != "fp8_w8a8":
+        return a, None
+    if quant.block_shape is None:
+        return per_tensor_quant_fp8(a)
+    return per_token_group_quant_fp8(a, quant.block_shape[1])
+
+
+def fused_experts(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    config: dict | None = None,
+    quant: MoEQuant | None = None,
+    ids_may_be_nonlocal: bool = False,
+) -> torch.Tensor:
+    """The MoE layer for routing the caller already did.
+
+    Args:
+        x: [M, K] bf16 or fp16 activations.
+        w1: [E, 2N, K] gate and up projections (bf16/fp16, or quantized per `quant`).
+        w2: [E, K, N] down projections.
+        topk_weights: [M, top_k] fp32 routing weights.
+        topk_ids: [M, top_k] int32 expert ids.
+        config: one tuned-file entry (the six kernel keys); None: `default_config`.
+        quant: the weights' quantization; None for bf16/fp16 weights.
+        ids_may_be_nonlocal: True when `topk_ids` may hold -1 or ids >= E (experts on
+            another expert-parallel rank). Alignment skips those slots, so the
+            buffers they would have filled are zeroed first (one memset each).
+
+    Returns:
+        [M, K] in x's dtype.
+    """
+    import torch
+
+    assert x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float16), (
+        "x must be [M, K] bf16 or fp16"
+    )
+    num_tokens, hidden = x.shape
+    num_experts, two_n, w1_k = w1.shape
+    n = two_n // 2
+    assert w1_k == hidden and two_n == 2 * n, f"w1 must be [E, 2N, {hidden}], got {list(w1.shape)}"
+    assert tuple(w2.shape) == (num_experts, hidden, n), f"w2 must be [{num_experts}, {hidden}, {n}]"
+    assert topk_ids.shape == topk_weights.shape and topk_ids.shape[0] == num_tokens, (
+        "routing must be [M, top_k]"
+    )
+    top_k = topk_ids.shape[1]
+    dtype = kernel_dtype(x, quant)
+    block_shape = quant.block_shape if quant is not None else None
+    if config is None:
+        config = default_config(num_tokens, num_experts, n, hidden, top_k, dtype, block_shape)
+    quant_dtype = quant.dtype if quant is not None else None
+    w1_scale = quant.w1_scale if quant is not None else None
+    w2_scale = quant.w2_scale if quant is not None else None
+    topk_weights = topk_weights.contiguous()
+
+    sorted_ids, expert_ids, num_post_padded = align_block_size(
+        topk_ids, config["BLOCK_SIZE_M"], num_experts
+    )
+    new_buffer = torch.zeros if ids_may_be_nonlocal else torch.empty
+    num_slots = num_tokens * top_k
+    gate_up = new_buffer(num_slots, two_n, dtype=x.dtype, device=x.device)
+    down = new_buffer(num_tokens, top_k, hidden, dtype=x.dtype, device=x.device)
+    alignment = dict(
+        sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post_padded
+    )
+
+    a1, a1_scale = _quantize_activation(x, quant)
+    invoke_fused_moe_gemm(
+        a1,
+        w1,
+        gate_up,
+        a_scale=a1_scale,
+        w_scale=w1_scale,
+        topk_weights=None,
+        mul_routed_weight=False,
+        top_k=top_k,
+        config=config,
+        quant_dtype=quant_dtype,
+        block_shape=block_shape,
+        **alignment,
+    )
+    a2, a2_scale = _quantize_activation(silu_and_mul(gate_up), quant)
+    invoke_fused_moe_gemm(
+        a2,
+        w2,
+        down,
+        a_scale=a2_scale,
+        w_scale=w2_scale,
+        topk_weights=topk_weights,
+        mul_routed_weight=True,
+        top_k=1,
+        config=config,
+        quant_dtype=quant_dtype,
+        block_shape=block_shape,
+        **alignment,
+    )
+    return moe_sum(down)
+
+
+def fused_moe(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    router_logits: torch.Tensor,
+    top_k: int,
+    *,
+    renormalize: bool = True,
+    config: dict | None = None,
+    quant: MoEQuant | None = None,
+) -> torch.Tensor:
+    """One MoE layer: route x [M, K] by `router_logits` [M, E] to `top_k` experts and combine.
+
+    w1 is [E, 2N, K], w2 [E, K, N]; `config` is a tuned-file entry (None: the
+    default heuristic); `quant` describes quantized weights (None: bf16/fp16).
+    Returns [M, K] in x's dtype.
+    """
+    topk_weights, topk_ids = topk_routing(router_logits, top_k, renormalize)
+    return fused_experts(x, w1, w2, topk_weights, topk_ids, config=config, quant=quant)

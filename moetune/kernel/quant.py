@@ -1,0 +1,230 @@
+"""Quantized weights and the activation quantizers the fused-MoE GEMMs consume.
+
+Weights (`quantize_weights`, done once, plain PyTorch):
+
+| dtype | block_shape | weight | scale (fp32) |
+|---|---|---|---|
+| ``fp8_w8a8`` | None | fp8 e4m3 ``[E, out, in]`` | ``[E]``: one per expert (per tensor) |
+| ``fp8_w8a8`` | ``(bn, bk)`` | fp8 e4m3 ``[E, out, in]`` | ``[E, cdiv(out, bn), cdiv(in, bk)]`` |
+| ``int8_w8a16`` | None | int8 ``[E, out, in]`` | ``[E, out]``: one per output channel |
+
+Activations (fp8 w8a8 only; dynamic, computed from the data on every call, as vLLM
+does when a checkpoint carries no static input scale):
+
+- per tensor: ``scale = max|x| / 448``, ``q = fp8(x / scale)``; scale ``[1]``.
+- per token group (block quantization): each row is cut into groups of ``bk``
+  columns, each group gets ``scale = max|group| / 448``; scales ``[rows, cdiv(cols, bk)]``.
+
+Per-tensor quantization is plain PyTorch (a reduction and a cast). Per-token-group
+has a plain-PyTorch definition (``per_token_group_quant_fp8_reference``, used by
+`moetune.kernel.naive`) and a one-launch Triton kernel for the fused path. Zero rows get ``max|x|`` clamped to
+``AMAX_EPS`` so no scale is ever 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import triton
+import triton.language as tl
+
+from moetune.errors import MoetuneError
+from moetune.kernel.fused_moe_kernel import interpreting
+
+if TYPE_CHECKING:
+    import torch
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+INT8_MAX = 127.0
+AMAX_EPS = 1e-10
+QUANT_DTYPES = ("fp8_w8a8", "int8_w8a16")
+
+
+@dataclass(frozen=True)
+class MoEQuant:
+    """How the expert weights are quantized: the engines' dtype string and the weight scales.
+
+    ``w1_scale``/``w2_scale`` have the shapes in the module docstring for w1 ``[E, 2N, K]``
+    and w2 ``[E, K, N]``. ``block_shape`` is ``(block_n, block_k)`` for block-quantized fp8.
+    """
+
+    dtype: str
+    w1_scale: torch.Tensor
+    w2_scale: torch.Tensor
+    block_shape: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in QUANT_DTYPES:
+            raise MoetuneError(
+                f"unknown quantization {self.dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
+            )
+        if self.block_shape is not None and self.dtype != "fp8_w8a8":
+            raise MoetuneError(
+                f"block-quantized weights are implemented for fp8_w8a8 only, not {self.dtype}"
+            )
+        if self.block_shape is not None:
+            object.__setattr__(self, "block_shape", tuple(self.block_shape))
+
+
+def quantize_weights(
+    w: torch.Tensor, dtype: str, block_shape: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize expert weights ``[E, out, in]``; returns ``(quantized, fp32 scales)``."""
+    import torch
+
+    if dtype not in QUANT_DTYPES:
+        raise MoetuneError(
+            f"unknown quantization {dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
+        )
+    w = w.float()
+    num_experts, rows, cols = w.shape
+    if dtype == "int8_w8a16":
+        if block_shape is not None:
+            raise MoetuneError(
+                "int8_w8a16 with block (group) scales is not implemented; use per-channel"
+            )
+        scale = w.abs().amax(dim=2).clamp(min=AMAX_EPS) / INT8_MAX
+        quantized = torch.round(w / scale[:, :, None]).clamp(-INT8_MAX - 1, INT8_MAX).to(torch.int8)
+        return quantized, scale
+    if block_shape is None:
+        scale = w.abs().amax(dim=(1, 2)).clamp(min=AMAX_EPS) / FP8_MAX
+        quantized = (w / scale[:, None, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        return quantized, scale
+    bn, bk = block_shape
+    row_blocks, col_blocks = triton.cdiv(rows, bn), triton.cdiv(cols, bk)
+    padded = torch.zeros(
+        num_experts, row_blocks * bn, col_blocks * bk, dtype=torch.float32, device=w.device
+    )
+    padded[:, :rows, :cols] = w
+    blocks = padded.view(num_experts, row_blocks, bn, col_blocks, bk)
+    scale = blocks.abs().amax(dim=(2, 4)).clamp(min=AMAX_EPS) / FP8_MAX
+    quantized = (
+        (blocks / scale[:, :, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    )
+    quantized = quantized.view(num_experts, row_blocks * bn, col_blocks * bk)[
+        :, :rows, :cols
+    ].contiguous()
+    return quantized, scale
+
+
+def dequantize_weights(
+    quantized: torch.Tensor, scale: torch.Tensor, block_shape: tuple[int, int] | None = None
+):
+    """fp32 weights ``[E, out, in]`` from `quantize_weights`'s output (any of its layouts)."""
+    w = quantized.float()
+    if block_shape is not None:
+        bn, bk = block_shape
+        expanded = scale.repeat_interleave(bn, dim=1).repeat_interleave(bk, dim=2)
+        return w * expanded[:, : w.shape[1], : w.shape[2]]
+    if scale.dim() == 1:
+        return w * scale[:, None, None]
+    return w * scale[:, :, None]
+
+
+def per_tensor_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic per-tensor fp8 quantization: ``(fp8 x, fp32 scale [1])``. No host sync."""
+    import torch
+
+    scale = (x.abs().amax().float().clamp(min=AMAX_EPS) / FP8_MAX).reshape(1)
+    quantized = (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return quantized, scale
+
+
+def per_token_group_quant_fp8_reference(
+    x: torch.Tensor, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition of per-token-group fp8 quantization, in plain PyTorch (for checks)."""
+    import torch
+
+    rows, cols = x.shape
+    groups = triton.cdiv(cols, group_size)
+    padded = torch.zeros(rows, groups * group_size, dtype=torch.float32, device=x.device)
+    padded[:, :cols] = x.float()
+    padded = padded.view(rows, groups, group_size)
+    scale = padded.abs().amax(dim=2).clamp(min=AMAX_EPS) / FP8_MAX
+    quantized = (padded / scale[:, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return quantized.view(rows, -1)[:, :cols].contiguous(), scale
+
+
+@triton.jit
+def _round_to_fp8_grid(v):
+    """Round fp32 ``v`` (already within +-448) to the nearest e4m3 value, ties to even.
+
+    Triton 3.9's interpreter casts fp32 to fp8 wrongly when rounding carries into
+    the exponent (-125.3 becomes -64, not -128); a value already on the fp8 grid
+    casts exactly. Normal range: round the fp32 mantissa to 3 bits in integer
+    arithmetic. Subnormal range (below 2**-6, spacing 2**-9): the add-and-subtract
+    trick rounds to an integer multiple of 2**-9 in fp32.
+    """
+    bits = v.to(tl.uint32, bitcast=True)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000).to(tl.float32, bitcast=True)
+    subnormal = ((v * 512.0 + 12582912.0) - 12582912.0) / 512.0
+    return tl.where(tl.abs(v) < 0.015625, subnormal, normal)
+
+
+@triton.jit
+def _per_token_group_quant_fp8_kernel(
+    x_ptr,
+    q_ptr,
+    scale_ptr,
+    cols,
+    groups,
+    stride_xm,
+    stride_qm,
+    stride_sm,
+    GROUP_SIZE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FP8_MAX_VALUE: tl.constexpr,
+    EPS: tl.constexpr,
+    EMULATE_FP8_ROUNDING: tl.constexpr,
+):
+    # One program per (row, group): one fp32 scale and GROUP_SIZE fp8 values.
+    pid = tl.program_id(axis=0)
+    row = (pid // groups).to(tl.int64)
+    group = pid % groups
+    offs = group * GROUP_SIZE + tl.arange(0, BLOCK)
+    mask = (tl.arange(0, BLOCK) < GROUP_SIZE) & (offs < cols)
+    x = tl.load(x_ptr + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(x), axis=0), EPS)
+    scale = amax / FP8_MAX_VALUE
+    q = tl.clamp(x / scale, -FP8_MAX_VALUE, FP8_MAX_VALUE)
+    if EMULATE_FP8_ROUNDING:
+        q = _round_to_fp8_grid(q)
+    tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr + row * stride_sm + group, scale)
+
+
+def per_token_group_quant_fp8(
+    x: torch.Tensor, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token-group fp8 quantization of ``x [rows, cols]`` (last dim contiguous).
+
+    Returns ``(fp8 [rows, cols], fp32 scales [rows, cdiv(cols, group_size)])``; one
+    Triton launch, no host sync.
+    """
+    import torch
+
+    assert x.dim() == 2 and x.stride(1) == 1, "x must be 2-D with contiguous rows"
+    rows, cols = x.shape
+    groups = triton.cdiv(cols, group_size)
+    quantized = torch.empty(rows, cols, dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty(rows, groups, dtype=torch.float32, device=x.device)
+    if rows == 0:
+        return quantized, scale
+    _per_token_group_quant_fp8_kernel[(rows * groups,)](
+        x,
+        quantized,
+        scale,
+        cols,
+        groups,
+        x.stride(0),
+        quantized.stride(0),
+        scale.stride(0),
+        GROUP_SIZE=group_size,
+        BLOCK=triton.next_power_of_2(group_size),
+        FP8_MAX_VALUE=FP8_MAX,
+        EPS=AMAX_EPS,
+        EMULATE_FP8_ROUNDING=interpreting(),
+    )
+    return quantized, scale
