@@ -1,0 +1,155 @@
+"""`moetune benchmark`: time the default config and tuned config files side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from moetune.commands.options import model_options, problem_from_options
+from moetune.errors import MoetuneError
+
+
+def load_tuned_file(path: Path) -> dict[int, Any]:
+    """A vLLM or SGLang tuned file as {batch size: Candidate} (the version key is skipped)."""
+    from moetune.tune.space import Candidate
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise MoetuneError(f"{path}: cannot read a tuned config ({exc})") from None
+    if not isinstance(data, dict):
+        raise MoetuneError(f"{path}: expected a JSON object keyed by batch size")
+    entries = {}
+    for key, value in data.items():
+        if key == "triton_version":
+            continue
+        if not key.isdigit():
+            raise MoetuneError(f"{path}: key {key!r} is not a batch size")
+        try:
+            entries[int(key)] = Candidate.from_config(value)
+        except MoetuneError as exc:
+            raise MoetuneError(f"{path}: batch size {key}: {exc}") from None
+    if not entries:
+        raise MoetuneError(f"{path}: no batch-size entries")
+    return entries
+
+
+def nearest_entry(entries: dict[int, Any], batch_size: int) -> Any:
+    """The entry an engine uses at `batch_size`: the key nearest to it (smaller on a tie)."""
+    return entries[min(entries, key=lambda key: (abs(key - batch_size), key))]
+
+
+@click.command("benchmark")
+@model_options
+@click.option(
+    "--config",
+    "config_files",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help="A vLLM/SGLang tuned config file to time (repeatable).",
+)
+@click.option(
+    "--batch-size",
+    "batch_sizes",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="Batch size M (repeatable). Default: the engines' 18 (1 ... 4096).",
+)
+@click.option("--gpus", help="Comma-separated GPU ids to use (default: every visible GPU).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds one measurement may take before its worker is killed.",
+)
+@click.option("json_", "--json", is_flag=True, help="Print the results as JSON.")
+def benchmark(
+    config_files: tuple[Path, ...],
+    batch_sizes: tuple[int, ...],
+    gpus: str | None,
+    timeout_s: float,
+    json_: bool,
+    **model: Any,
+) -> None:
+    """Time the default config and each --config file per batch size, with the tuner's harness.
+
+    \b
+    Example usage:
+        moetune benchmark --model Qwen/Qwen3-30B-A3B --config "E=128,N=768,device_name=NVIDIA_H200.json"
+    """
+    from moetune.tune.runner import default_candidate
+    from moetune.tune.space import DEFAULT_BATCH_SIZES
+    from moetune.tune.worker import WorkerPool, WorkUnit
+
+    resolved = problem_from_options(model)
+    for note in resolved.notes:
+        click.echo(f"Note: {note}", err=True)
+    problem = resolved.problem
+    files = {str(path): load_tuned_file(path) for path in config_files}
+    sizes = tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES)
+    devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
+
+    picks: dict[int, dict[str, Any]] = {}
+    for m in sizes:
+        picks[m] = {"default": default_candidate(problem, m)}
+        for name, entries in files.items():
+            picks[m][name] = nearest_entry(entries, m)
+    units = [WorkUnit(problem, m, tuple(dict.fromkeys(picks[m].values())), "full") for m in sizes]
+    timings: dict[tuple[int, Any], Any] = {}
+    with WorkerPool(list(devices), timeout_s=timeout_s) as pool:
+        for unit, outcome in pool.run(units):
+            timings[(unit.batch_size, outcome.candidate)] = outcome
+
+    rows = []
+    for m in sizes:
+        row: dict[str, Any] = {"batch_size": m}
+        for name, candidate in picks[m].items():
+            outcome = timings[(m, candidate)]
+            row[name] = {
+                "config": candidate.as_config(),
+                "status": outcome.status,
+                "latency_us": outcome.latency_us,
+                "p20_us": outcome.p20_us,
+                "p80_us": outcome.p80_us,
+                "error": outcome.error,
+            }
+        rows.append(row)
+    if json_:
+        report = {
+            "problem": problem.key(),
+            "device_name": resolved.device_name,
+            "triton_version": resolved.triton_version,
+            "configs": ["default", *files],
+            "results": rows,
+        }
+        click.echo(json.dumps(report, indent=2))
+        return
+    _print_table(rows, ["default", *files], f"{problem.key()} on {resolved.device_name}")
+
+
+def _print_table(rows: list[dict[str, Any]], names: list[str], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{title}: us per call (speedup over default)")
+    table.add_column("M", justify="right")
+    for name in names:
+        table.add_column(Path(name).name if name != "default" else "default", justify="right")
+    for row in rows:
+        base = row["default"]["latency_us"]
+        cells = [str(row["batch_size"])]
+        for name in names:
+            entry = row[name]
+            if entry["latency_us"] is None:
+                cells.append(entry["status"])
+            elif name == "default" or base is None:
+                cells.append(f"{entry['latency_us']:.1f}")
+            else:
+                cells.append(f"{entry['latency_us']:.1f} ({base / entry['latency_us']:.2f}x)")
+        table.add_row(*cells)
+    Console(highlight=False).print(table)

@@ -1,0 +1,121 @@
+"""Options `tune` and `benchmark` share: which model, how it is split, which dtype and GPU.
+
+`problem_from_options` turns them into the kernel problem through the extract
+package (config.json -> registry -> shape -> sharding -> dtype), and finds the
+GPU name, its limits and the Triton version. torch is imported here only inside
+functions, and only to ask about GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp8_w8a8", "int8_w8a16")
+
+
+def model_options(command: Callable) -> Callable:
+    """Decorate a click command with --model, --revision, --tp, --ep, --ep-size, --dtype, --device-name."""
+    options = [
+        click.option(
+            "--model",
+            required=True,
+            help="Hugging Face repo id, or a path to a config.json or a model folder.",
+        ),
+        click.option("--revision", help="Hub revision (branch, tag or commit) of the config."),
+        click.option(
+            "--tp",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Tensor-parallel size the engine runs with.",
+        ),
+        click.option("--ep", is_flag=True, help="vLLM expert parallelism (EP size = TP size)."),
+        click.option("--ep-size", type=click.IntRange(min=1), help="SGLang expert-parallel size."),
+        click.option(
+            "--dtype",
+            type=click.Choice(TUNE_DTYPE_CHOICES),
+            default="auto",
+            show_default=True,
+            help="Kernel dtype; auto follows the checkpoint (fp8 checkpoints: fp8_w8a8).",
+        ),
+        click.option(
+            "--device-name",
+            help="GPU name for the file names (default: the first visible GPU's, as torch reports it).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@dataclass(frozen=True)
+class Resolved:
+    problem: Any  # TuneProblem
+    source: str
+    device_name: str
+    triton_version: str
+    limits: Any  # DeviceLimits
+    devices: tuple[str | None, ...]
+    notes: list[str] = field(default_factory=list)
+
+
+def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Resolved:
+    """The `TuneProblem` and the machine facts for the model options of a command."""
+    from moetune.extract.evaluate import extract_shape
+    from moetune.extract.filenames import (
+        FALLBACK_DEVICE_NAME,
+        installed_triton_version,
+        resolve_kernel_dtype,
+    )
+    from moetune.extract.mappings import load_registry
+    from moetune.extract.sharding import shard
+    from moetune.extract.sources import load_config
+    from moetune.tune.problem import TuneProblem
+    from moetune.tune.runner import visible_devices
+    from moetune.tune.space import DeviceLimits
+
+    loaded = load_config(options["model"], revision=options.get("revision"))
+    extraction = extract_shape(loaded.config, load_registry())
+    shape = extraction.shape
+    sharded = shard(shape, tp=options["tp"], ep=options["ep"], ep_size=options.get("ep_size"))
+    kernel = resolve_kernel_dtype(shape, options["dtype"])
+    dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
+    problem = TuneProblem.from_sharded(sharded, dtype, kernel.block_shape)
+    notes = [kernel.note] if kernel.note else []
+
+    devices = visible_devices(None)
+    on_gpu = any(device is not None for device in devices)
+    device_name = options.get("device_name")
+    if on_gpu:
+        import torch
+
+        device_name = device_name or torch.cuda.get_device_name(0)
+        limits = DeviceLimits.from_torch(0)
+    else:
+        limits = DeviceLimits.h200()
+        if device_name is None:
+            if dry_run:
+                device_name = FALLBACK_DEVICE_NAME
+                notes.append(f"no GPU visible: file names assume {device_name} (--device-name)")
+            else:
+                device_name = "cpu"
+                notes.append(
+                    "no GPU visible: timing on the CPU under the Triton interpreter "
+                    "(only useful for testing)"
+                )
+    split = f"TP{options['tp']}" + (
+        " EP" if options["ep"] else f" EP{options['ep_size']}" if options.get("ep_size") else ""
+    )
+    return Resolved(
+        problem=problem,
+        source=f"{loaded.description}, {split}",
+        device_name=device_name,
+        triton_version=installed_triton_version() or "unknown",
+        limits=limits,
+        devices=devices,
+        notes=notes,
+    )

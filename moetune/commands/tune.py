@@ -1,0 +1,228 @@
+"""`moetune tune`: tune the fused-MoE kernel for a model on this machine's GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from moetune.commands.options import model_options, problem_from_options
+
+SEARCHES = ("fast", "exhaustive")
+ENGINE_CHOICES = ("vllm", "sglang", "both")
+
+
+def _default_compile_workers(devices: tuple) -> int:
+    """Parallel compile processes: the cores left over by the timers, at most 16."""
+    if all(device is None for device in devices):
+        return 0  # CPU: the interpreter does not compile
+    return max(0, min(16, (os.cpu_count() or 2) - len(devices) - 1))
+
+
+@click.command("tune")
+@model_options
+@click.option(
+    "--batch-size",
+    "batch_sizes",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="Batch size M to tune (repeatable). Default: the engines' 18 (1 ... 4096).",
+)
+@click.option(
+    "--save-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Where the config files and the resumable results store go.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINE_CHOICES),
+    default="both",
+    show_default=True,
+    help="Which engine's file(s) to write.",
+)
+@click.option(
+    "--search",
+    type=click.Choice(SEARCHES),
+    default="fast",
+    show_default=True,
+    help="fast: a few percent of the space, within 2 % of the best; exhaustive: every candidate.",
+)
+@click.option(
+    "--space",
+    "space_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="JSON/YAML file narrowing the search space (default: vLLM's 1,920-config grid).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan and stop (works without a GPU).")
+@click.option("--gpus", help="Comma-separated GPU ids to use (default: every visible GPU).")
+@click.option(
+    "--backend",
+    type=click.Choice(("local", "ray")),
+    default="local",
+    show_default=True,
+    help="local: one worker process per GPU; ray: Ray actors (pip install 'moetune[ray]').",
+)
+@click.option(
+    "--compile-workers",
+    type=click.IntRange(min=0),
+    help="Processes compiling candidates in parallel (default: spare CPU cores, at most 16).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds one candidate may take before its worker is killed and it is recorded as hung.",
+)
+@click.option("--overwrite", is_flag=True, help="Measure again what the results store already has.")
+@click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
+def tune(
+    batch_sizes: tuple[int, ...],
+    save_dir: Path,
+    engine: str,
+    search: str,
+    space_file: str | None,
+    dry_run: bool,
+    gpus: str | None,
+    backend: str,
+    compile_workers: int | None,
+    timeout_s: float,
+    overwrite: bool,
+    json_: bool,
+    **model: object,
+) -> None:
+    """Tune the fused-MoE kernel for a model and write vLLM/SGLang config files.
+
+    \b
+    Example usage:
+        moetune tune --model Qwen/Qwen3-30B-A3B --tp 1
+        moetune tune --model mistralai/Mixtral-8x7B-v0.1 --tp 2 --batch-size 64 --dry-run
+    """
+    from rich.console import Console
+
+    from moetune.tune.runner import TuneRequest, make_plan, plan_json, plan_lines
+    from moetune.tune.space import DEFAULT_BATCH_SIZES, default_space, load_space
+
+    out = Console(stderr=json_, highlight=False)
+    err = Console(stderr=True, highlight=False)
+    resolved = problem_from_options(model, dry_run=dry_run)
+    for note in resolved.notes:
+        err.print(f"Note: {note}")
+    devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
+    if compile_workers is None:
+        compile_workers = _default_compile_workers(devices)
+    request = TuneRequest(
+        problem=resolved.problem,
+        batch_sizes=tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES),
+        space=tuple(load_space(space_file) if space_file else default_space()),
+        save_dir=save_dir,
+        engines=("vllm", "sglang") if engine == "both" else (engine,),
+        search=search,
+        device_name=resolved.device_name,
+        triton_version=resolved.triton_version,
+        devices=devices,
+        backend=backend,
+        compile_workers=compile_workers,
+        timeout_s=timeout_s,
+        overwrite=overwrite,
+        source=resolved.source,
+        space_source=space_file or "vLLM/SGLang default grid",
+    )
+    plan = make_plan(request, resolved.limits)
+    for line in plan_lines(plan):
+        out.print(line, markup=False, soft_wrap=True)
+    if dry_run:
+        if json_:
+            click.echo(json.dumps(plan_json(plan), indent=2))
+        return
+    summary = _run_with_progress(plan, err)
+    if json_:
+        from moetune.tune.runner import summary_json
+
+        click.echo(json.dumps(summary_json(summary), indent=2))
+        return
+    _print_summary(summary, out)
+
+
+def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay lazy
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from moetune.tune.runner import run_tune
+
+    request = plan.request
+    kept = sum(len(report.kept) for report in plan.pruning.values())
+    # Fast search times a small share of the space; the total grows if it needs more.
+    expected = kept if request.search == "exhaustive" else max(1, kept // 8)
+    expected += len(request.batch_sizes)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("tuning", total=expected, status="")
+        counts = {"measured": 0, "stored": 0, "failed": 0}
+
+        def on_measurement(m, reused):  # noqa: ANN001, ANN202
+            counts["stored" if reused else "measured"] += 1
+            counts["failed"] += m.status != "ok"
+            done = counts["measured"] + counts["stored"]
+            current = progress.tasks[0]
+            if done >= (current.total or 0):
+                progress.update(task, total=done + 1)
+            progress.update(
+                task,
+                completed=done,
+                description=f"tuning M={m.batch_size}",
+                status=f"{counts['stored']} from store, {counts['failed']} failed",
+            )
+
+        summary = run_tune(plan, progress=on_measurement)
+        progress.update(task, total=counts["measured"] + counts["stored"], description="tuned")
+    return summary
+
+
+def _print_summary(summary, console) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    table = Table(title=f"{summary.plan.problem.key()} on {summary.plan.request.device_name}")
+    for name in ("M", "config (BLOCK M/N/K, GROUP, warps, stages)", "us", "default us"):
+        table.add_column(name, justify="right" if name != "config" else "left")
+    table.add_column("speedup", justify="right")
+    table.add_column("of roofline", justify="right")
+    for row in summary.rows:
+        table.add_row(
+            str(row.batch_size),
+            row.config.short() + (f" (#{row.verified_rank + 1})" if row.verified_rank else ""),
+            f"{row.latency_us:.1f}",
+            "-" if row.default_latency_us is None else f"{row.default_latency_us:.1f}",
+            "-" if row.speedup is None else f"{row.speedup:.2f}x",
+            "-" if row.roofline_fraction is None else f"{100 * row.roofline_fraction:.0f} %",
+        )
+    console.print(table)
+    for note in summary.notes:
+        console.print(f"Note: {note}", markup=False)
+    console.print(
+        f"Measured {summary.measured} candidates ({summary.reused} reused from the store) "
+        f"in {summary.wall_s:.1f} s.",
+        markup=False,
+    )
+    console.print("Wrote:", markup=False)
+    for path in summary.files:
+        console.print(f"  {path}", markup=False)

@@ -1,0 +1,174 @@
+"""The `Measurer` the search strategies talk to: the results store first, then the workers.
+
+Resume is nothing more than this: before measuring, each candidate is looked
+up in the store under its full key (problem, batch size, candidate, fidelity,
+device, Triton version); only the missing ones go to the workers, and every
+measurement is appended to the store the moment it comes back. A killed run
+therefore loses at most the candidates in flight, and rerunning the same
+command measures only what is missing.
+
+When the backend has compile workers, candidates not yet compiled at this
+batch size first go through a "warm" pass in parallel; a candidate that fails
+there (compile error, out of resources, crash) is recorded with that status
+and never reaches the timer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from moetune import __version__
+from moetune.tune.store import Measurement, ResultStore
+from moetune.tune.worker import Outcome, WorkUnit
+
+DEFAULT_CHUNK = 16
+
+
+class Backend(Protocol):
+    """Runs work units somewhere (local worker processes, Ray) and streams the outcomes back."""
+
+    @property
+    def compile_workers(self) -> int: ...
+
+    @property
+    def parallelism(self) -> int: ...
+
+    def run(self, units: Iterable[WorkUnit]) -> Iterator[tuple[WorkUnit, Outcome]]: ...
+
+    def measure_ceilings(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What, besides the candidate, a measurement is keyed on."""
+
+    problem: Any  # TuneProblem
+    device_name: str
+    triton_version: str
+
+
+class StoreMeasurer:
+    """`moetune.tune.strategy.Measurer` over a backend, with the store as cache and journal."""
+
+    def __init__(
+        self,
+        context: RunContext,
+        backend: Backend,
+        store: ResultStore,
+        *,
+        overwrite: bool = False,
+        chunk_size: int = DEFAULT_CHUNK,
+        on_measurement: Callable[[Measurement, bool], None] | None = None,
+    ) -> None:
+        self.context = context
+        self.backend = backend
+        self.store = store
+        self.overwrite = overwrite
+        self.chunk_size = chunk_size
+        self.on_measurement = on_measurement
+        self.problem_key = context.problem.key()
+        self.measured_now: set[tuple] = set()  # keys measured by this run (kept under --overwrite)
+        self.warmed: dict[tuple[int, Any], float | None] = {}
+        self.timed = 0
+        self.reused = 0
+
+    def _key(self, batch_size: int, candidate: Any, fidelity: str) -> tuple:
+        return (batch_size, candidate, fidelity)
+
+    def lookup(self, batch_size: int, candidate: Any, fidelity: str) -> Measurement | None:
+        """The stored measurement, unless --overwrite asks to redo what earlier runs stored."""
+        if self.overwrite and self._key(batch_size, candidate, fidelity) not in self.measured_now:
+            return None
+        return self.store.get(
+            self.problem_key,
+            batch_size,
+            candidate,
+            fidelity,
+            self.context.device_name,
+            self.context.triton_version,
+        )
+
+    def measure(
+        self, batch_size: int, candidates: Sequence[Any], fidelity: str
+    ) -> dict[Any, Measurement]:
+        results: dict[Any, Measurement] = {}
+        missing = []
+        for candidate in dict.fromkeys(candidates):
+            stored = self.lookup(batch_size, candidate, fidelity)
+            if stored is None:
+                missing.append(candidate)
+                continue
+            results[candidate] = stored
+            self.reused += 1
+            if self.on_measurement is not None:
+                self.on_measurement(stored, True)
+        if not missing:
+            return results
+        if self.backend.compile_workers:
+            missing = self._warm(batch_size, missing, fidelity, results)
+        units = self._units(batch_size, missing, fidelity)
+        for unit, outcome in self.backend.run(units):
+            compile_s = self.warmed.get((batch_size, outcome.candidate))
+            results[outcome.candidate] = self._record(unit, outcome, fidelity, compile_s)
+        return results
+
+    def _units(self, batch_size: int, candidates: list[Any], mode: str) -> list[WorkUnit]:
+        if not candidates:
+            return []
+        # Small enough chunks that every worker gets some; at most chunk_size per unit.
+        per_worker = math.ceil(len(candidates) / max(1, self.backend.parallelism))
+        size = max(1, min(self.chunk_size, per_worker))
+        return [
+            WorkUnit(self.context.problem, batch_size, tuple(candidates[i : i + size]), mode)
+            for i in range(0, len(candidates), size)
+        ]
+
+    def _warm(
+        self, batch_size: int, candidates: list[Any], fidelity: str, results: dict
+    ) -> list[Any]:
+        cold = [c for c in candidates if (batch_size, c) not in self.warmed]
+        failed = set()
+        if cold:
+            size = max(1, math.ceil(len(cold) / self.backend.compile_workers))
+            units = [
+                WorkUnit(self.context.problem, batch_size, tuple(cold[i : i + size]), "warm")
+                for i in range(0, len(cold), size)
+            ]
+            for unit, outcome in self.backend.run(units):
+                self.warmed[(batch_size, outcome.candidate)] = outcome.compile_s
+                if outcome.status != "ok":
+                    failed.add(outcome.candidate)
+                    results[outcome.candidate] = self._record(unit, outcome, fidelity, None)
+        return [c for c in candidates if c not in failed]
+
+    def _record(
+        self, unit: WorkUnit, outcome: Outcome, fidelity: str, compile_s: float | None
+    ) -> Measurement:
+        measurement = Measurement(
+            problem_key=self.problem_key,
+            batch_size=unit.batch_size,
+            candidate=outcome.candidate,
+            fidelity=fidelity,
+            status=outcome.status,
+            latency_us=outcome.latency_us,
+            p20_us=outcome.p20_us,
+            p80_us=outcome.p80_us,
+            compile_s=compile_s if compile_s is not None else outcome.compile_s,
+            error=outcome.error,
+            device_name=self.context.device_name,
+            triton_version=self.context.triton_version,
+            moetune_version=__version__,
+            timestamp=time.time(),
+        )
+        self.store.add(measurement)
+        self.measured_now.add(self._key(unit.batch_size, outcome.candidate, fidelity))
+        self.timed += 1
+        if self.on_measurement is not None:
+            self.on_measurement(measurement, False)
+        return measurement

@@ -1,0 +1,427 @@
+"""One tuning run from plan to files: what `moetune tune` does, as functions.
+
+plan      shape, batch sizes, candidates left after each pruning rule, the
+          files it will write (pure; `--dry-run` stops after printing it)
+search    exhaustive or fast search over a `StoreMeasurer` (resumable),
+          with a progress bar on stderr
+baseline  the default config at every batch size, same harness ("full")
+verify    each winner against the PyTorch reference; a wrong one is never
+          written, the next best is checked instead
+write     the vLLM and SGLang files, atomically, schema-validated
+summary   per batch size: config, latency, speedup over the default config,
+          fraction of the roofline floor (ceilings measured on this GPU)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moetune.errors import TuneError
+from moetune.roofline import moe_roofline
+from moetune.tune.measurer import Backend, RunContext, StoreMeasurer
+from moetune.tune.problem import TuneProblem
+from moetune.tune.space import Candidate, DeviceLimits, PruneReport, prune
+from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
+from moetune.tune.worker import WorkUnit
+
+ENGINES = ("vllm", "sglang")
+# How many runners-up are checked against the reference before a batch size is given up.
+MAX_VERIFY_TRIES = 5
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """Everything a run needs, resolved from the command line."""
+
+    problem: TuneProblem
+    batch_sizes: tuple[int, ...]
+    space: tuple[Candidate, ...]
+    save_dir: Path
+    engines: tuple[str, ...] = ENGINES
+    search: str = "fast"
+    device_name: str = "cpu"
+    triton_version: str = "unknown"
+    devices: tuple[str | None, ...] = (None,)
+    backend: str = "local"
+    compile_workers: int = 0
+    timeout_s: float = 120.0
+    overwrite: bool = False
+    source: str = ""  # where the shape came from, for the plan
+    space_source: str = "default grid"
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    request: TuneRequest
+    limits: DeviceLimits
+    pruning: dict[int, PruneReport]
+    files: tuple[Path, ...]
+    store_path: Path
+
+    @property
+    def problem(self) -> TuneProblem:
+        return self.request.problem
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One row of the summary."""
+
+    batch_size: int
+    config: Candidate
+    latency_us: float
+    default_latency_us: float | None
+    floor_us: float | None
+    verified_rank: int  # 0: the measured best; k: the k-th runner-up (the ones above were wrong)
+    rel_rms: float | None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default_latency_us is None:
+            return None
+        return self.default_latency_us / self.latency_us
+
+    @property
+    def roofline_fraction(self) -> float | None:
+        return None if self.floor_us is None else self.floor_us / self.latency_us
+
+
+@dataclass
+class TuneSummary:
+    plan: TunePlan
+    rows: list[BatchResult] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    measured: int = 0
+    reused: int = 0
+    ceilings: Any = None
+
+
+def engine_dtype(problem: TuneProblem) -> str | None:
+    """The dtype string in the engines' file names (none for bf16/fp16)."""
+    return None if problem.dtype in ("bf16", "fp16") else problem.dtype
+
+
+def planned_files(
+    problem: TuneProblem,
+    device_name: str,
+    triton_version: str,
+    save_dir: Path,
+    engines: Sequence[str],
+) -> tuple[Path, ...]:
+    """The paths `write_engine_files` writes, known before any work."""
+    from moetune.extract.filenames import (
+        sglang_config_filename,
+        sglang_config_folder,
+        vllm_config_filename,
+    )
+
+    args = (problem.num_experts, problem.intermediate_size, device_name, engine_dtype(problem))
+    files = []
+    if "vllm" in engines:
+        files.append(save_dir / vllm_config_filename(*args, problem.block_shape))
+    if "sglang" in engines:
+        folder = save_dir / sglang_config_folder(triton_version)
+        files.append(folder / sglang_config_filename(*args, problem.block_shape))
+    return tuple(files)
+
+
+def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:
+    if not request.space:
+        raise TuneError("the search space is empty")
+    pruning = {m: prune(request.space, request.problem, m, limits) for m in request.batch_sizes}
+    empty = [m for m, report in pruning.items() if not report.kept]
+    if empty:
+        raise TuneError(
+            f"pruning left no candidate at batch size {empty[0]}: widen the search space"
+        )
+    files = planned_files(
+        request.problem,
+        request.device_name,
+        request.triton_version,
+        request.save_dir,
+        request.engines,
+    )
+    return TunePlan(request, limits, pruning, files, request.save_dir / STORE_FILENAME)
+
+
+def plan_lines(plan: TunePlan) -> list[str]:
+    """The plan as printed before any work."""
+    request, problem = plan.request, plan.problem
+    lines = [
+        f"Shape:       {problem.key()}" + (f"  ({request.source})" if request.source else ""),
+        f"Device:      {request.device_name}, Triton {request.triton_version}, "
+        f"pruned for {plan.limits.name}",
+        f"Search:      {request.search} over {len(request.space)} candidates "
+        f"({request.space_source})",
+        f"Batch sizes: {', '.join(map(str, request.batch_sizes))}",
+        "Candidates after pruning (removed per rule):",
+    ]
+    for m, report in plan.pruning.items():
+        removed = ", ".join(f"{rule} {count}" for rule, count in report.removed.items() if count)
+        lines.append(
+            f"  M={m:<5} {len(report.kept):>5} kept" + (f"  ({removed})" if removed else "")
+        )
+    lines.append(f"Results:     {plan.store_path} (resumable)")
+    lines.append("Will write:")
+    lines.extend(f"  {path}" for path in plan.files)
+    return lines
+
+
+def plan_json(plan: TunePlan) -> dict[str, Any]:
+    return {
+        "problem": plan.problem.key(),
+        "device_name": plan.request.device_name,
+        "triton_version": plan.request.triton_version,
+        "search": plan.request.search,
+        "space_size": len(plan.request.space),
+        "batch_sizes": list(plan.request.batch_sizes),
+        "pruning": {
+            str(m): {"kept": len(r.kept), "removed": dict(r.removed)}
+            for m, r in plan.pruning.items()
+        },
+        "store": str(plan.store_path),
+        "files": [str(path) for path in plan.files],
+    }
+
+
+def make_backend(request: TuneRequest) -> Backend:
+    if request.backend == "ray":
+        from moetune.tune.ray_backend import RayBackend
+
+        return RayBackend(
+            num_gpus=sum(1 for d in request.devices if d is not None),
+            timeout_s=request.timeout_s,
+        )
+    from moetune.tune.worker import WorkerPool
+
+    return WorkerPool(
+        list(request.devices),
+        compile_workers=request.compile_workers,
+        timeout_s=request.timeout_s,
+    )
+
+
+def default_candidate(problem: TuneProblem, batch_size: int) -> Candidate:
+    from moetune.kernel.config import default_config
+
+    config = default_config(
+        batch_size,
+        problem.num_experts,
+        problem.intermediate_size,
+        problem.hidden_size,
+        problem.top_k,
+        problem.dtype,
+        problem.block_shape,
+    )
+    return Candidate.from_config(config)
+
+
+def ranked(
+    store: ResultStore, context: RunContext, batch_size: int, fidelity: str
+) -> list[Measurement]:
+    """Every ok measurement of this batch size at `fidelity`, fastest first."""
+    key = context.problem.key()
+    latest: dict[Candidate, Measurement] = {}
+    for m in store.all():
+        if (
+            m.problem_key == key
+            and m.batch_size == batch_size
+            and m.fidelity == fidelity
+            and m.device_name == context.device_name
+            and m.triton_version == context.triton_version
+        ):
+            latest[m.candidate] = m
+    ok = [m for m in latest.values() if m.status == "ok" and m.latency_us is not None]
+    return sorted(ok, key=lambda m: m.latency_us)
+
+
+def verify_winners(
+    backend: Backend,
+    problem: TuneProblem,
+    choices: dict[int, list[Measurement]],
+    notes: list[str],
+) -> dict[int, tuple[Measurement, int, float | None]]:
+    """The first of each batch size's ranked measurements that matches the reference.
+
+    Returns batch size -> (measurement, its rank, relative RMS error). All batch
+    sizes are checked together; those whose pick failed move to their next one.
+    """
+    rank = dict.fromkeys(choices, 0)
+    verified: dict[int, tuple[Measurement, int, float | None]] = {}
+    while True:
+        todo = {
+            m: choices[m][rank[m]]
+            for m in choices
+            if m not in verified and rank[m] < min(len(choices[m]), MAX_VERIFY_TRIES)
+        }
+        if not todo:
+            break
+        units = [WorkUnit(problem, m, (pick.candidate,), "verify") for m, pick in todo.items()]
+        for unit, outcome in backend.run(units):
+            m = unit.batch_size
+            if outcome.status == "ok":
+                verified[m] = (todo[m], rank[m], outcome.rel_rms)
+            else:
+                notes.append(
+                    f"M={m}: {todo[m].candidate.short()} rejected ({outcome.status}: "
+                    f"{outcome.error}); checking the next best"
+                )
+                rank[m] += 1
+    missing = sorted(set(choices) - set(verified))
+    if missing:
+        raise TuneError(
+            f"no candidate passed the check against the PyTorch reference at batch size(s) "
+            f"{', '.join(map(str, missing))}; nothing was written"
+        )
+    return verified
+
+
+def run_tune(
+    plan: TunePlan,
+    *,
+    progress: Callable[[Measurement, bool], None] | None = None,
+    backend: Backend | None = None,
+) -> TuneSummary:
+    """Search, baseline, verify and write; see the module docstring."""
+    from moetune.tune.output import write_engine_files
+    from moetune.tune.strategy import exhaustive_search, fast_search
+
+    request, problem = plan.request, plan.problem
+    started = time.perf_counter()
+    summary = TuneSummary(plan)
+    store = ResultStore(plan.store_path)
+    context = RunContext(problem, request.device_name, request.triton_version)
+    backend = backend or make_backend(request)
+    try:
+        measurer = StoreMeasurer(
+            context, backend, store, overwrite=request.overwrite, on_measurement=progress
+        )
+
+        def space_for(batch_size: int) -> list[Candidate]:
+            return list(plan.pruning[batch_size].kept)
+
+        if request.search == "exhaustive":
+            found = exhaustive_search(request.batch_sizes, space_for, measurer)
+        else:
+            found = fast_search(request.batch_sizes, space_for, measurer, problem, plan.limits)
+
+        defaults = {}
+        for m in request.batch_sizes:
+            candidate = default_candidate(problem, m)
+            measured = measurer.measure(m, [candidate], "full")[candidate]
+            defaults[m] = measured.latency_us if measured.status == "ok" else None
+            if measured.status != "ok":
+                summary.notes.append(
+                    f"M={m}: the default config failed ({measured.status}: {measured.error})"
+                )
+
+        choices = {}
+        for m, result in found.items():
+            best = result.best
+            ranking = ranked(store, context, m, best.fidelity)
+            choices[m] = [best] + [r for r in ranking if r.candidate != best.candidate]
+        verified = verify_winners(backend, problem, choices, summary.notes)
+
+        if any(d is not None for d in request.devices) or request.backend == "ray":
+            summary.ceilings = _ceilings(backend, summary.notes)
+    finally:
+        backend.close()
+
+    for m in request.batch_sizes:
+        pick, rank, rel_rms = verified[m]
+        floor_us = None
+        if summary.ceilings is not None:
+            roof = moe_roofline(
+                m,
+                problem.num_experts,
+                problem.intermediate_size,
+                problem.hidden_size,
+                problem.top_k,
+                problem.dtype,
+                problem.block_shape,
+            )
+            floor_us = 1e6 * roof.floor_seconds(
+                summary.ceilings.bandwidth_bytes_per_s, summary.ceilings.peak_flops_per_s
+            )
+        summary.rows.append(
+            BatchResult(m, pick.candidate, pick.latency_us, defaults[m], floor_us, rank, rel_rms)
+        )
+    results = {row.batch_size: row.config for row in summary.rows}
+    summary.files = list(
+        write_engine_files(
+            results,
+            problem,
+            request.device_name,
+            request.triton_version,
+            request.save_dir,
+            request.engines,
+        )
+    )
+    summary.measured = measurer.timed
+    summary.reused = measurer.reused
+    summary.wall_s = time.perf_counter() - started
+    return summary
+
+
+def _ceilings(backend: Backend, notes: list[str]) -> Any:
+    try:
+        return backend.measure_ceilings()
+    except Exception as exc:  # noqa: BLE001 - a missing roofline must not lose a finished tune
+        notes.append(f"could not measure bandwidth and matmul rate: {exc}")
+        return None
+
+
+def summary_json(summary: TuneSummary) -> dict[str, Any]:
+    ceilings = summary.ceilings
+    return {
+        "plan": plan_json(summary.plan),
+        "wall_s": round(summary.wall_s, 3),
+        "measured": summary.measured,
+        "reused": summary.reused,
+        "ceilings": None
+        if ceilings is None
+        else {
+            "bandwidth_bytes_per_s": ceilings.bandwidth_bytes_per_s,
+            "peak_flops_per_s": ceilings.peak_flops_per_s,
+        },
+        "results": [
+            {
+                "batch_size": row.batch_size,
+                "config": row.config.as_config(),
+                "latency_us": row.latency_us,
+                "default_latency_us": row.default_latency_us,
+                "speedup_over_default": row.speedup,
+                "floor_us": row.floor_us,
+                "roofline_fraction": row.roofline_fraction,
+                "verified_rank": row.verified_rank,
+                "rel_rms": row.rel_rms,
+            }
+            for row in summary.rows
+        ],
+        "files": [str(path) for path in summary.files],
+        "notes": summary.notes,
+    }
+
+
+def visible_devices(gpus: str | None) -> tuple[str | None, ...]:
+    """CUDA_VISIBLE_DEVICES values for the workers: `--gpus`, else every visible GPU, else CPU."""
+    if gpus:
+        return tuple(part.strip() for part in gpus.split(",") if part.strip())
+    try:
+        import torch
+    except ImportError:
+        return (None,)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        return (None,)
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if inherited:
+        return tuple(part.strip() for part in inherited.split(",") if part.strip())[:count]
+    return tuple(str(i) for i in range(count))

@@ -1,0 +1,215 @@
+"""How long one fused-MoE call takes: the tuner's timing harness.
+
+On a GPU the whole fused call (routing, alignment, both GEMMs, SiLU-and-mul,
+top-k sum) is captured in a CUDA graph several times over, each copy reading
+its own router-logits buffer. Before every replay those buffers are refilled
+with fresh random logits (uniform routing in expectation), outside the timed
+region; each replay is timed with CUDA events and divided by the calls in the
+graph. The first call, which compiles the Triton kernels, is timed separately
+(`compile_s`) and never enters the latency; warm-up replays are dropped.
+
+Without CUDA (CI, ``TRITON_INTERPRET=1``) the same function falls back to
+wall-clock timing of a few eager calls, so the whole tuning pipeline runs on a
+CPU; those numbers only rank candidates for tests, they mean nothing else.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How hard to look: warm-up replays, timed replays, and calls per graph at most."""
+
+    warmup: int
+    replays: int
+    max_calls_per_graph: int
+
+
+# "quick" ranks candidates in cheap first rounds; "full" decides between the survivors.
+FIDELITIES = {
+    "quick": Fidelity(warmup=1, replays=5, max_calls_per_graph=10),
+    "full": Fidelity(warmup=3, replays=20, max_calls_per_graph=10),
+}
+# Calls per graph are cut so one replay lasts about this long (large M calls take ms each).
+TARGET_REPLAY_US = 2000.0
+# Eager calls timed per fidelity when there is no GPU.
+CPU_CALLS = {"quick": 1, "full": 3}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency of one call in microseconds (median and 20th/80th percentiles of replays)."""
+
+    median_us: float
+    p20_us: float
+    p80_us: float
+    compile_s: float
+    replays: int
+    calls_per_replay: int
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The two rates a roofline needs, measured on this machine."""
+
+    bandwidth_bytes_per_s: float
+    peak_flops_per_s: float
+
+
+def fidelity_of(name: str) -> Fidelity:
+    try:
+        return FIDELITIES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown fidelity {name!r}; expected one of {sorted(FIDELITIES)}"
+        ) from None
+
+
+def summarize(samples_us: list[float]) -> tuple[float, float, float]:
+    """(median, p20, p80) of a list of per-call latencies."""
+    if len(samples_us) == 1:
+        return samples_us[0], samples_us[0], samples_us[0]
+    deciles = statistics.quantiles(samples_us, n=10, method="inclusive")
+    return statistics.median(samples_us), deciles[1], deciles[7]
+
+
+def time_fused_moe(problem: Any, config: dict, fidelity: str = "full") -> Timing:
+    """Time `fused_moe` on `problem` (a `moetune.kernel.problem.MoEProblem`) with `config`.
+
+    Raises whatever the kernel raises (compile errors, OutOfResources, CUDA
+    errors); the worker turns those into a measurement status.
+    """
+    level = fidelity_of(fidelity)
+    if problem.x.is_cuda:
+        return _time_cuda_graph(problem, config, level)
+    return _time_wall_clock(problem, config, fidelity)
+
+
+def _call(problem: Any, config: dict, router_logits: Any) -> Any:
+    from moetune.kernel.fused_moe import fused_moe
+
+    return fused_moe(
+        problem.x,
+        problem.w1,
+        problem.w2,
+        router_logits,
+        problem.top_k,
+        config=config,
+        quant=problem.quant,
+    )
+
+
+def _time_cuda_graph(problem: Any, config: dict, level: Fidelity) -> Timing:
+    import torch
+
+    logits = problem.router_logits
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    _call(problem, config, logits)  # compiles the kernels (or loads them from Triton's cache)
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - start
+
+    # One eager call, timed, to size the graph.
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    _call(problem, config, logits)
+    end.record()
+    torch.cuda.synchronize()
+    eager_us = begin.elapsed_time(end) * 1000.0
+    calls = max(1, min(level.max_calls_per_graph, round(TARGET_REPLAY_US / max(eager_us, 1.0))))
+
+    buffers = torch.empty((calls, *logits.shape), dtype=logits.dtype, device=logits.device)
+    buffers.normal_()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                _call(problem, config, buffers[i])
+        events = []
+        for replay in range(level.warmup + level.replays):
+            buffers.normal_()  # fresh routing, before the start event
+            if replay < level.warmup:
+                graph.replay()
+                continue
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            graph.replay()
+            end.record()
+            events.append((begin, end))
+        torch.cuda.synchronize()
+        samples = [b.elapsed_time(e) * 1000.0 / calls for b, e in events]
+    finally:
+        # Graphs hold private memory pools; drop them now so memory stays flat.
+        graph.reset()
+        del graph, buffers
+    median, p20, p80 = summarize(samples)
+    return Timing(median, p20, p80, compile_s, level.replays, calls)
+
+
+def _time_wall_clock(problem: Any, config: dict, fidelity: str) -> Timing:
+    import torch
+
+    start = time.perf_counter()
+    _call(problem, config, problem.router_logits)
+    compile_s = time.perf_counter() - start
+    samples = []
+    for _ in range(CPU_CALLS[fidelity]):
+        logits = torch.randn_like(problem.router_logits)
+        start = time.perf_counter()
+        _call(problem, config, logits)
+        samples.append((time.perf_counter() - start) * 1e6)
+    median, p20, p80 = summarize(samples)
+    return Timing(median, p20, p80, compile_s, len(samples), 1)
+
+
+def _median_event_ms(fn: Any, repeats: int = 10) -> float:
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        begin = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _copy_bandwidth(device: Any) -> float:
+    import torch
+
+    src = torch.empty(1 << 29, dtype=torch.float32, device=device).uniform_()  # 2 GiB
+    dst = torch.empty_like(src)
+    copy_ms = _median_event_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / (copy_ms / 1e3)
+
+
+def _matmul_rate(device: Any, n: int = 8192) -> float:
+    import torch
+
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    return 2 * n**3 / (_median_event_ms(lambda: torch.mm(a, b)) / 1e3)
+
+
+def measure_ceilings(device: Any = None) -> Ceilings:
+    """Copy bandwidth (bytes read + written) and dense bf16 matmul rate on the current GPU.
+
+    Same method as the kernel benchmark: a 2 GiB device-to-device copy and an
+    8192^3 bf16 matmul on random data, median of timed repeats after warm-up.
+    """
+    import torch
+
+    device = device or torch.device("cuda")
+    ceilings = Ceilings(_copy_bandwidth(device), _matmul_rate(device))
+    torch.cuda.empty_cache()
+    return ceilings

@@ -1,0 +1,466 @@
+"""Worker processes that measure candidates, isolated so that no candidate can end a sweep.
+
+A `WorkerPool` runs one *timer* process per GPU (``CUDA_VISIBLE_DEVICES`` set
+per process; multiprocessing's spawn context, so no CUDA state is ever forked)
+and, optionally, *warmer* processes that compile candidates in parallel: they
+run each candidate once, which fills Triton's on-disk cache, so the timer only
+loads binaries and the GPU never times one candidate while another is being
+compiled on it.
+
+Work travels in `WorkUnit`s (a batch size and a chunk of candidates) and comes
+back one `Outcome` per candidate, as soon as it exists. Faults:
+
+- an exception (compile error, ``OutOfResources``, a bad launch) becomes an
+  outcome with its status and a one-line error;
+- a CUDA error poisons the process's context: the worker reports it and exits,
+  and the pool starts a fresh one;
+- a crash (segfault, ``os._exit``, the OOM killer) or a hang (no result within
+  `timeout_s`) kills the process; the candidate in flight is recorded as
+  ``crashed`` / ``timeout``, a fresh process takes the rest of the unit.
+
+Every `recycle_after` candidates a worker is replaced, so compiled kernels and
+CUDA graphs never pile up over thousands of candidates.
+
+``MOETUNE_TEST_FAULTS`` injects faults for tests: ``kind:FIELD=V[,FIELD=V]``
+items separated by ``;``, kind one of ``raise``, ``crash``, ``hang``, ``cuda``
+(a simulated CUDA error) or ``wrong`` (a verification gets a wrong output).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from moetune.errors import TuneError
+
+FAULTS_ENV = "MOETUNE_TEST_FAULTS"
+MODES = ("quick", "full", "warm", "verify")
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_STARTUP_TIMEOUT_S = 600.0
+DEFAULT_RECYCLE_AFTER = 256
+# Seed of the inputs a verification draws (timing uses seed 0): fresh data for the check.
+VERIFY_SEED = 1234
+# Exit code of a worker whose CUDA context is poisoned; the pool restarts it quietly.
+POISONED_EXIT = 75
+ERROR_CHARS = 500
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """Measure `candidates` on `problem` at `batch_size`, in `mode`.
+
+    mode: "quick" / "full" (time at that fidelity), "warm" (compile and run
+    once), "verify" (compare one output with the PyTorch reference).
+    """
+
+    problem: Any  # moetune.tune.problem.TuneProblem
+    batch_size: int
+    candidates: tuple[Any, ...]  # moetune.tune.space.Candidate
+    mode: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one candidate of a unit."""
+
+    candidate: Any
+    status: str
+    latency_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    compile_s: float | None = None
+    error: str | None = None
+    rel_rms: float | None = None
+    max_abs: float | None = None
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    match: dict[str, int]
+
+    def hits(self, candidate: Any) -> bool:
+        return all(getattr(candidate, field) == value for field, value in self.match.items())
+
+
+def parse_faults(spec: str) -> list[Fault]:
+    faults = []
+    for item in filter(None, (part.strip() for part in spec.split(";"))):
+        kind, _, fields = item.partition(":")
+        match = {}
+        for pair in filter(None, fields.split(",")):
+            field, _, value = pair.partition("=")
+            match[field.strip()] = int(value)
+        faults.append(Fault(kind.strip(), match))
+    return faults
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    message = f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return message[:ERROR_CHARS]
+
+
+def classify(exc: BaseException) -> str:
+    """The measurement status of an exception raised while measuring a candidate."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "OutOfResources" in names:
+        return "out_of_resources"
+    if names & {"CompilationError", "PTXASError", "CompileTimeAssertionFailure"}:
+        return "compile_error"
+    return "runtime_error"
+
+
+def poisons_context(exc: BaseException) -> bool:
+    """Whether the CUDA context is unusable after `exc` (only a new process recovers)."""
+    text = str(exc)
+    return (
+        "CUDA error" in text
+        or "illegal memory access" in text
+        or "AcceleratorError" in {cls.__name__ for cls in type(exc).__mro__}
+    )
+
+
+# ---------------------------------------------------------------------------
+# The worker process
+# ---------------------------------------------------------------------------
+
+
+class _Inputs:
+    """The current problem's tensors, rebuilt only when the problem or batch size changes."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.value: Any = None
+
+    def get(self, problem: Any, batch_size: int, seed: int) -> Any:
+        key = (problem, batch_size, seed)
+        if key != self.key:
+            import torch
+
+            from moetune.kernel.problem import make_problem
+
+            self.value = None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self.value = make_problem(
+                batch_size,
+                problem.num_experts,
+                problem.intermediate_size,
+                problem.hidden_size,
+                problem.top_k,
+                problem.dtype,
+                block_shape=problem.block_shape,
+                device="cuda" if torch.cuda.is_available() else "cpu",
+                seed=seed,
+            )
+            self.key = key
+        return self.value
+
+
+def _inject(faults: list[Fault], candidate: Any, mode: str) -> bool:
+    """Act out the test faults that hit `candidate`; True if the output must be made wrong."""
+    wrong = False
+    for fault in faults:
+        if not fault.hits(candidate):
+            continue
+        if fault.kind == "raise":
+            raise RuntimeError(f"injected fault for {candidate}")
+        if fault.kind == "crash":
+            os._exit(11)
+        if fault.kind == "hang":
+            time.sleep(3600)
+        if fault.kind == "cuda":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
+        if fault.kind == "wrong" and mode == "verify":
+            wrong = True
+    return wrong
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _measure(unit: WorkUnit, candidate: Any, inputs: _Inputs, faults: list[Fault]) -> Outcome:
+    from moetune.tune.timing import _call, time_fused_moe
+
+    config = candidate.as_config()
+    corrupt = _inject(faults, candidate, unit.mode)
+    if unit.mode == "verify":
+        from moetune.tune.verify import check_output
+
+        data = inputs.get(unit.problem, unit.batch_size, VERIFY_SEED)
+        check = check_output(data, config, unit.problem.dtype, corrupt=corrupt)
+        return Outcome(
+            candidate,
+            "ok" if check.ok else "wrong_result",
+            error=None if check.ok else check.describe(),
+            rel_rms=check.rel_rms,
+            max_abs=check.max_abs,
+        )
+    data = inputs.get(unit.problem, unit.batch_size, 0)
+    if unit.mode == "warm":
+        start = time.perf_counter()
+        _call(data, config, data.router_logits)
+        _synchronize()
+        return Outcome(candidate, "ok", compile_s=time.perf_counter() - start)
+    timing = time_fused_moe(data, config, unit.mode)
+    return Outcome(
+        candidate, "ok", timing.median_us, timing.p20_us, timing.p80_us, timing.compile_s
+    )
+
+
+def worker_main(conn: Any, device: str | None) -> None:
+    """Entry point of a worker process: measure the units the pool sends, until told to stop."""
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+    faults = parse_faults(os.environ.get(FAULTS_ENV, ""))
+    inputs = _Inputs()
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        if message == "ceilings":
+            from moetune.tune.timing import measure_ceilings
+
+            conn.send(("ceilings", measure_ceilings()))
+            continue
+        unit: WorkUnit = message
+        for index, candidate in enumerate(unit.candidates):
+            conn.send(("start", index))
+            poisoned = False
+            try:
+                outcome = _measure(unit, candidate, inputs, faults)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded outcome
+                outcome = Outcome(candidate, classify(exc), error=one_line(exc))
+                poisoned = poisons_context(exc)
+            conn.send(("result", index, outcome))
+            if poisoned:
+                conn.close()
+                os._exit(POISONED_EXIT)
+        conn.send(("done",))
+
+
+# ---------------------------------------------------------------------------
+# The parent side
+# ---------------------------------------------------------------------------
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class _Worker:
+    """One worker process as the pool sees it: the unit it holds and how far it got."""
+
+    def __init__(self, ctx: Any, device: str | None, role: str, pool: WorkerPool) -> None:
+        self.ctx, self.device, self.role, self.pool = ctx, device, role, pool
+        self.process: Any = None
+        self.conn: Any = None
+        self.unit: WorkUnit | None = None
+        self.done: set[int] = set()
+        self.in_flight: int | None = None
+        self.deadline = 0.0
+        self.measured = 0
+        self.fresh = True
+        self.failed_starts = 0
+
+    def start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.process = self.ctx.Process(
+            target=worker_main, args=(child, self.device), daemon=True, name=f"moetune-{self.role}"
+        )
+        self.process.start()
+        child.close()
+        self.conn, self.measured, self.fresh = parent, 0, True
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if not kill and self.process.is_alive():
+            try:
+                self.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.conn.close()
+        self.process, self.conn = None, None
+
+    def assign(self, unit: WorkUnit) -> None:
+        if self.process is None:
+            self.start()
+        self.unit, self.done, self.in_flight = unit, set(), None
+        wait = self.pool.startup_timeout_s if self.fresh else self.pool.timeout_s
+        self.deadline = time.monotonic() + wait
+        self.conn.send(unit)
+
+    def request(self, message: str) -> Any:
+        if self.process is None:
+            self.start()
+        self.conn.send(message)
+        reply = self.conn.recv()
+        return reply[1]
+
+    def waitables(self) -> list[Any]:
+        return [self.conn, self.process.sentinel]
+
+    def poll(self) -> tuple[list[tuple[WorkUnit, Outcome]], WorkUnit | None]:
+        """Read what the process said; return finished outcomes and a unit to requeue."""
+        unit = self.unit
+        assert unit is not None
+        results: list[tuple[WorkUnit, Outcome]] = []
+        try:
+            while self.conn.poll():
+                message = self.conn.recv()
+                now = time.monotonic()
+                if message[0] == "start":
+                    self.in_flight, self.fresh = message[1], False
+                    self.deadline = now + self.pool.timeout_s
+                elif message[0] == "result":
+                    results.append((unit, message[2]))
+                    self.done.add(message[1])
+                    self.in_flight, self.measured = None, self.measured + 1
+                    self.deadline = now + self.pool.timeout_s
+                elif message[0] == "done":
+                    self.unit, self.failed_starts = None, 0
+                    if self.measured >= self.pool.recycle_after:
+                        self.stop()
+                    return results, None
+        except (EOFError, OSError):
+            pass  # the process died mid-message; handled below
+        if not self.process.is_alive():
+            self.process.join()
+            why = f"worker process died ({describe_exit(self.process.exitcode)})"
+            if self.process.exitcode == POISONED_EXIT:
+                why = "worker restarted after a CUDA error"
+            return results + self._fail("crashed", why), self._rest()
+        if time.monotonic() > self.deadline:
+            why = f"no result within {self.pool.timeout_s:g} s; worker killed"
+            return results + self._fail("timeout", why), self._rest()
+        return results, None
+
+    def _fail(self, status: str, why: str) -> list[tuple[WorkUnit, Outcome]]:
+        unit = self.unit
+        assert unit is not None
+        victim = self.in_flight
+        self.stop(kill=True)
+        if victim is not None:
+            self.done.add(victim)
+            return [(unit, Outcome(unit.candidates[victim], status, error=why))]
+        if status == "crashed" and self.done:
+            return []  # died right after reporting (a poisoned context): nothing lost
+        self.failed_starts += 1
+        if self.failed_starts >= 2:
+            # Dying before the first candidate twice: the problem itself cannot be built.
+            raise TuneError(f"the {self.role} worker for device {self.device} cannot start: {why}")
+        return []
+
+    def _rest(self) -> WorkUnit | None:
+        unit = self.unit
+        assert unit is not None
+        self.unit = None
+        rest = tuple(c for i, c in enumerate(unit.candidates) if i not in self.done)
+        return replace(unit, candidates=rest) if rest else None
+
+
+class WorkerPool:
+    """Timer processes (one per device) and optional warmer processes, with fault isolation.
+
+    `devices` are ``CUDA_VISIBLE_DEVICES`` values, one per GPU, or ``[None]``
+    to inherit the environment (one worker; the CPU, or a GPU Ray assigned).
+    """
+
+    def __init__(
+        self,
+        devices: Sequence[str | None],
+        *,
+        compile_workers: int = 0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        recycle_after: int = DEFAULT_RECYCLE_AFTER,
+    ) -> None:
+        if not devices:
+            raise TuneError("no devices to run workers on")
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.recycle_after = recycle_after
+        ctx = multiprocessing.get_context("spawn")
+        self.timers = [_Worker(ctx, device, "timer", self) for device in devices]
+        self.warmers = [
+            _Worker(ctx, devices[i % len(devices)], "warmer", self) for i in range(compile_workers)
+        ]
+
+    @property
+    def compile_workers(self) -> int:
+        return len(self.warmers)
+
+    @property
+    def parallelism(self) -> int:
+        return len(self.timers)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for worker in self.timers + self.warmers:
+            worker.stop(kill=True)
+
+    def measure_ceilings(self) -> Any:
+        """Memory bandwidth and matmul rate measured by the first timer (GPU only)."""
+        return self.timers[0].request("ceilings")
+
+    def run(self, units: Iterable[WorkUnit]) -> Iterator[tuple[WorkUnit, Outcome]]:
+        """Measure every unit; yield (unit, outcome) per candidate as soon as it is known.
+
+        "warm" units go to the warmers (to the timers if there are none), the rest to the timers.
+        """
+        queues: dict[str, deque[WorkUnit]] = {"timer": deque(), "warmer": deque()}
+        for unit in units:
+            if unit.mode not in MODES:
+                raise ValueError(f"unknown mode {unit.mode!r}")
+            role = "warmer" if unit.mode == "warm" and self.warmers else "timer"
+            queues[role].append(unit)
+        workers = self.timers + self.warmers
+        while True:
+            for worker in workers:
+                if worker.unit is None and queues[worker.role]:
+                    worker.assign(queues[worker.role].popleft())
+            busy = [worker for worker in workers if worker.unit is not None]
+            if not busy:
+                return
+            timeout = max(0.0, min(worker.deadline for worker in busy) - time.monotonic())
+            multiprocessing.connection.wait(
+                [w for worker in busy for w in worker.waitables()], timeout=timeout + 0.01
+            )
+            for worker in busy:
+                results, requeue = worker.poll()
+                yield from results
+                if requeue is not None:
+                    queues[worker.role].appendleft(requeue)
