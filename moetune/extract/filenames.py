@@ -82,13 +82,13 @@ def resolve_kernel_dtype(shape: MoEShape, requested: str = "auto") -> KernelDtyp
         return KernelDtype(None, activation, None, f"checkpoint dtype {shape.dtype or 'unset'}")
     if method == "fp8":
         return KernelDtype(
-            "fp8_w8a8", activation, shape.weight_block_size, "quantization_config.quant_method fp8"
+            "fp8_w8a8", activation, shape.weight_block_size, "checkpoint quant_method fp8"
         )
     return KernelDtype(
         None,
         activation,
         None,
-        f"quantization_config.quant_method {method}",
+        f"checkpoint quant_method {method}",
         note=(
             f"quant_method {method!r} runs on kernels that do not read these files "
             "(Marlin, MXFP4...); the names shown are the unquantized kernel's. "

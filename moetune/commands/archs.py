@@ -1,0 +1,72 @@
+"""`moetune archs`: list the architectures the registry knows."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command()
+@click.option(
+    "--mappings",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Your own moe_mappings.yaml, merged over the built-in one. Env: MOETUNE_MAPPINGS.",
+)
+@click.option(
+    "--replace-mappings",
+    is_flag=True,
+    help="List the --mappings file alone instead of merging it over the built-in one.",
+)
+@click.option("--json", "json_", is_flag=True, help="Print JSON for scripts instead of a table.")
+def archs(mappings: str | None, replace_mappings: bool, json_: bool) -> None:
+    """List the registry's architecture entries, in matching order.
+
+    An entry matches a config.json on architectures[0], else on model_type;
+    the generic fallback (last) catches the rest and marks its values guessed.
+
+    \b
+    Examples:
+        moetune archs
+        moetune archs --mappings my_mappings.yaml --json
+    """
+    if replace_mappings and mappings is None:
+        raise click.UsageError("--replace-mappings needs --mappings FILE")
+    from moetune.extract.mappings import load_registry
+
+    registry = load_registry(mappings, replace=replace_mappings)
+    rows = [
+        {
+            "name": entry.name,
+            "architectures": list(entry.architectures),
+            "model_types": list(entry.model_types),
+            "description": entry.description,
+            "fallback": entry.fallback,
+            "source_file": entry.source_file,
+        }
+        for entry in registry.entries
+    ]
+    if json_:
+        click.echo(
+            json.dumps({"source_files": list(registry.source_files), "entries": rows}, indent=2)
+        )
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for column in ("entry", "architectures", "model_types", "description"):
+        table.add_column(column)
+    for row in rows:
+        name = row["name"] + (" (fallback)" if row["fallback"] else "")
+        table.add_row(
+            escape(name),
+            escape("\n".join(row["architectures"]) or "-"),
+            escape(", ".join(row["model_types"]) or "-"),
+            escape(row["description"]),
+        )
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(table)
+    console.print(f"{len(rows)} entries from {', '.join(registry.source_files)}")

@@ -1,0 +1,203 @@
+"""`moetune extract`: a model's MoE shape, its per-rank shard and the engines' file names."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+from moetune.extract.filenames import DTYPE_CHOICES, FALLBACK_DEVICE_NAME, VLLM_SEARCH_PATH
+
+if TYPE_CHECKING:
+    from moetune.extract.report import ExtractReport
+
+
+@click.command()
+@click.option(
+    "--model",
+    "-m",
+    required=True,
+    help="Hugging Face repo id (org/name), a model directory, or a config.json path.",
+)
+@click.option(
+    "--tp",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Tensor-parallel size (GPUs per model replica).",
+)
+@click.option(
+    "--ep",
+    is_flag=True,
+    help="vLLM's --enable-expert-parallel: experts split over the --tp ranks, full intermediate.",
+)
+@click.option(
+    "--ep-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="SGLang's --ep-size K: E/K experts per rank, intermediate split over tp/K.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(DTYPE_CHOICES, case_sensitive=False),
+    default="auto",
+    show_default=True,
+    help="Kernel dtype; auto reads the checkpoint's quantization_config.",
+)
+@click.option(
+    "--device-name",
+    default=None,
+    help="GPU name as torch.cuda.get_device_name() prints it. "
+    f"Default: the first GPU nvidia-smi lists, else {FALLBACK_DEVICE_NAME!r}.",
+)
+@click.option(
+    "--revision",
+    default=None,
+    help="Hub revision (branch, tag or commit); skips the bundled snapshot.",
+)
+@click.option(
+    "--mappings",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Your own moe_mappings.yaml, merged over the built-in one. Env: MOETUNE_MAPPINGS.",
+)
+@click.option(
+    "--replace-mappings",
+    is_flag=True,
+    help="Use the --mappings file alone instead of merging it over the built-in one.",
+)
+@click.option("--json", "json_", is_flag=True, help="Print JSON for scripts instead of tables.")
+def extract(
+    model: str,
+    tp: int,
+    ep: bool,
+    ep_size: int | None,
+    dtype: str,
+    device_name: str | None,
+    revision: str | None,
+    mappings: str | None,
+    replace_mappings: bool,
+    json_: bool,
+) -> None:
+    """Show a model's MoE shape, its per-GPU shard and the tuned-config file names.
+
+    Reads config.json only (no weights, no GPU, never remote code): from a
+    path, the Hugging Face cache, moetune's bundled snapshots, or the Hub.
+
+    \b
+    Examples:
+        moetune extract --model moonshotai/Kimi-K3 --tp 8 --ep
+        moetune extract --model deepseek-ai/DeepSeek-V3 --tp 8 --json
+        moetune extract --model ./my-model/ --tp 4 --ep-size 2
+        moetune extract --model my-org/New-MoE --mappings my_mappings.yaml
+    """
+    if ep and ep_size is not None:
+        raise click.UsageError(
+            "--ep (vLLM: EP size = TP size) and --ep-size (SGLang) both set the EP size; pass one"
+        )
+    if replace_mappings and mappings is None:
+        raise click.UsageError("--replace-mappings needs --mappings FILE")
+    from moetune.extract.report import build_report
+
+    report = build_report(
+        model,
+        tp=tp,
+        ep=ep,
+        ep_size=ep_size,
+        dtype=dtype.lower(),
+        device_name=device_name,
+        revision=revision,
+        mappings=mappings,
+        replace_mappings=replace_mappings,
+    )
+    if json_:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_tables(report)
+
+
+def _layout(tp: int, ep_size: int) -> str:
+    if ep_size == 1:
+        return f"--tp {tp}, no EP: all experts on every rank, intermediate split {tp} ways"
+    if ep_size == tp:
+        return (
+            f"--tp {tp} with EP {ep_size} (vLLM --enable-expert-parallel = SGLang --ep-size {tp})"
+        )
+    return f"--tp {tp} --ep-size {ep_size} (SGLang): intermediate split {tp // ep_size} ways"
+
+
+def _print_tables(report: ExtractReport) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    def table(*columns: str) -> Table:
+        grid = Table(box=None, pad_edge=False)
+        for column in columns:
+            grid.add_column(
+                column, overflow="fold", justify="right" if column == "value" else "left"
+            )
+        return grid
+
+    console = Console(highlight=False, soft_wrap=True)
+    extraction, shape, local = report.extraction, report.extraction.shape, report.sharded
+    console.print(f"[bold]{escape(report.model)}[/bold]: {escape(report.loaded.description)}")
+    identity = extraction.architecture or "no architectures"
+    if extraction.model_type:
+        identity += f" (model_type {extraction.model_type})"
+    console.print(f"{escape(identity)}, registry entry [bold]{escape(extraction.entry)}[/bold]")
+    if extraction.guessed:
+        console.print("[bold red]GUESSED[/bold red]: generic fallback entry, check every value")
+
+    console.print("\n[bold]MoE block[/bold] (whole model)")
+    values = table("parameter", "value", "from")
+    for name, value in shape.to_dict().items():
+        source = extraction.sources.get(name, "")
+        if extraction.guessed and source:
+            source += " (guessed)"
+        values.add_row(name, "-" if value is None else escape(str(value)), escape(source))
+    console.print(values)
+
+    kernel = report.kernel_dtype
+    if kernel.engine_dtype:
+        dtype_value, dtype_meaning = kernel.engine_dtype, f"from {kernel.reason}"
+    else:
+        dtype_value = kernel.activation_dtype
+        dtype_meaning = f"no dtype in the file names; from {kernel.reason}"
+    console.print(f"\n[bold]Per GPU rank[/bold]: {escape(_layout(local.tp_size, local.ep_size))}")
+    per_rank = table("quantity", "value", "meaning")
+    rows = [
+        ("local_experts", local.local_experts, "E of the file names"),
+        ("local_intermediate_size", local.intermediate_size, "N of the file names"),
+        ("expert_hidden_size", local.hidden_size, "K of the kernel"),
+        (
+            "w1",
+            f"[{local.local_experts}, {local.w1_width}, {local.hidden_size}]",
+            "gate+up [E, 2N, K]",
+        ),
+        (
+            "w2",
+            f"[{local.local_experts}, {local.hidden_size}, {local.intermediate_size}]",
+            "down [E, K, N]",
+        ),
+        ("top_k", local.top_k, "experts per token"),
+        ("kernel dtype", dtype_value, dtype_meaning),
+    ]
+    if kernel.block_shape:
+        rows.append(("block_shape", list(kernel.block_shape), "fp8 weight block [n, k]"))
+    for row in rows:
+        per_rank.add_row(*(escape(str(cell)) for cell in row))
+    console.print(per_rank)
+
+    console.print(
+        f"\n[bold]Tuned-config files[/bold] for {escape(report.device.name)} ({report.device.source})"
+    )
+    console.print(f"  vLLM    {escape(report.vllm_config_file)}")
+    console.print(f"          read from {VLLM_SEARCH_PATH}")
+    console.print(f"  SGLang  {escape(report.sglang_config_file)}")
+    console.print(f"          read from {escape(report.sglang_config_dir)}")
+    if report.notes:
+        console.print("\n[bold]Notes[/bold]")
+        for note in report.notes:
+            console.print(f"  - {escape(note)}")

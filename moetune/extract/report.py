@@ -1,0 +1,170 @@
+"""Model to sharded shape to engine file names, in one pure-ish call.
+
+`build_report` is what `moetune extract` prints and what `moetune tune` starts
+from: it loads the config (`sources`), matches and evaluates the registry
+(`mappings`, `evaluate`), shards the shape (`sharding`) and names the files the
+engines will look up (`filenames`). Its only side effects are reading files,
+maybe one Hub download and, when no device name is given, one ``nvidia-smi``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from moetune.extract import filenames
+from moetune.extract.evaluate import extract_shape
+from moetune.extract.filenames import KernelDtype, resolve_kernel_dtype
+from moetune.extract.mappings import load_registry
+from moetune.extract.shape import Extraction, ShardedShape
+from moetune.extract.sharding import shard
+from moetune.extract.sources import LoadedConfig, load_config
+
+
+@dataclass(frozen=True)
+class DeviceName:
+    """torch's name of the GPU the files are for, and how it was chosen."""
+
+    name: str
+    source: str  # "--device-name", "nvidia-smi" or "fallback: no GPU visible"
+
+
+@dataclass(frozen=True)
+class ExtractReport:
+    """Everything `moetune extract` knows about one model under one TP/EP layout."""
+
+    model: str
+    loaded: LoadedConfig
+    extraction: Extraction
+    sharded: ShardedShape
+    kernel_dtype: KernelDtype
+    device: DeviceName
+    triton_version: str | None
+    vllm_config_file: str
+    sglang_config_file: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sglang_config_dir(self) -> str:
+        return filenames.sglang_config_dir_hint(self.triton_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with self-explanatory keys (the `--json` output)."""
+        shape, local = self.extraction.shape, self.sharded
+        return {
+            "model": self.model,
+            "config_source": self.loaded.description,
+            "config_path": self.loaded.path,
+            "architecture": self.extraction.architecture,
+            "model_type": self.extraction.model_type,
+            "entry": self.extraction.entry,
+            "guessed": self.extraction.guessed,
+            **shape.to_dict(),
+            "sources": dict(self.extraction.sources),
+            "tp_size": local.tp_size,
+            "ep_size": local.ep_size,
+            "local_experts": local.local_experts,
+            "local_intermediate_size": local.intermediate_size,
+            "w1_width": local.w1_width,
+            "w1_shape": [local.local_experts, local.w1_width, local.hidden_size],
+            "w2_shape": [local.local_experts, local.hidden_size, local.intermediate_size],
+            "engine_dtype": self.kernel_dtype.engine_dtype,
+            "activation_dtype": self.kernel_dtype.activation_dtype,
+            "block_shape": _list(self.kernel_dtype.block_shape),
+            "dtype_reason": self.kernel_dtype.reason,
+            "device_name": self.device.name,
+            "device_name_source": self.device.source,
+            "vllm_config_file": self.vllm_config_file,
+            "vllm_config_search_path": filenames.VLLM_SEARCH_PATH,
+            "sglang_config_file": self.sglang_config_file,
+            "sglang_config_dir": self.sglang_config_dir,
+            "triton_version": self.triton_version,
+            "notes": list(self.notes),
+        }
+
+
+def _list(block: tuple[int, int] | None) -> list[int] | None:
+    return list(block) if block is not None else None
+
+
+def resolve_device_name(device_name: str | None) -> DeviceName:
+    """The user's `--device-name`, else the first GPU's (``nvidia-smi``), else the fallback."""
+    if device_name:
+        return DeviceName(device_name, "--device-name")
+    detected = filenames.detect_device_name()
+    if detected:
+        return DeviceName(detected, "nvidia-smi")
+    return DeviceName(filenames.FALLBACK_DEVICE_NAME, "fallback: no GPU visible")
+
+
+def build_report(
+    model: str,
+    *,
+    tp: int = 1,
+    ep: bool = False,
+    ep_size: int | None = None,
+    dtype: str = "auto",
+    device_name: str | None = None,
+    revision: str | None = None,
+    mappings: str | None = None,
+    replace_mappings: bool = False,
+) -> ExtractReport:
+    """Load `model`'s config, extract and shard its MoE shape, and name the engines' files.
+
+    Raises a `MoetuneError` subclass for every user or data problem.
+    """
+    loaded = load_config(model, revision=revision)
+    registry = load_registry(mappings, replace=replace_mappings)
+    extraction = extract_shape(loaded.config, registry)
+    local = shard(extraction.shape, tp=tp, ep=ep, ep_size=ep_size)
+    kernel_dtype = resolve_kernel_dtype(extraction.shape, dtype)
+    device = resolve_device_name(device_name)
+    args = (local.local_experts, local.intermediate_size, device.name)
+    return ExtractReport(
+        model=model,
+        loaded=loaded,
+        extraction=extraction,
+        sharded=local,
+        kernel_dtype=kernel_dtype,
+        device=device,
+        triton_version=filenames.installed_triton_version(),
+        vllm_config_file=filenames.vllm_config_filename(
+            *args, kernel_dtype.engine_dtype, kernel_dtype.block_shape
+        ),
+        sglang_config_file=filenames.sglang_config_filename(
+            *args, kernel_dtype.engine_dtype, kernel_dtype.block_shape
+        ),
+        notes=_notes(extraction, local, kernel_dtype, device),
+    )
+
+
+def _notes(
+    extraction: Extraction, local: ShardedShape, kernel_dtype: KernelDtype, device: DeviceName
+) -> tuple[str, ...]:
+    notes = list(extraction.notes)
+    shape = extraction.shape
+    if extraction.guessed:
+        notes.append(
+            f"no registry entry matches {extraction.architecture or extraction.model_type}: "
+            "the generic fallback read common field names, so check the values "
+            "(add an entry with --mappings FILE; see `moetune archs`)"
+        )
+    if "transformers default" in extraction.sources.values():
+        notes.append(
+            "values marked 'transformers default' are absent from config.json and come from "
+            "transformers' config class for this model_type"
+        )
+    if kernel_dtype.note:
+        notes.append(kernel_dtype.note)
+    if device.source.startswith("fallback"):
+        notes.append(
+            f"no GPU visible: the file names are for {device.name}; pass --device-name "
+            "with torch.cuda.get_device_name() of the serving GPU"
+        )
+    if shape.num_shared_experts:
+        notes.append(
+            f"{shape.num_shared_experts} shared expert(s): where SGLang fuses shared experts "
+            f"into the routed ones, its file counts them in E (E={local.local_experts} + "
+            "the fused ones); moetune does not guess whether it does"
+        )
+    return tuple(notes)
