@@ -118,6 +118,8 @@ def extract(
 
 
 def _layout(tp: int, ep_size: int) -> str:
+    if tp == 1:
+        return "--tp 1: one GPU holds the whole MoE block"
     if ep_size == 1:
         return f"--tp {tp}, no EP: all experts on every rank, intermediate split {tp} ways"
     if ep_size == tp:

@@ -141,19 +141,9 @@ def build_report(
 def _notes(
     extraction: Extraction, local: ShardedShape, kernel_dtype: KernelDtype, device: DeviceName
 ) -> tuple[str, ...]:
+    # The evaluator already explains guessed values and transformers defaults.
     notes = list(extraction.notes)
     shape = extraction.shape
-    if extraction.guessed:
-        notes.append(
-            f"no registry entry matches {extraction.architecture or extraction.model_type}: "
-            "the generic fallback read common field names, so check the values "
-            "(add an entry with --mappings FILE; see `moetune archs`)"
-        )
-    if "transformers default" in extraction.sources.values():
-        notes.append(
-            "values marked 'transformers default' are absent from config.json and come from "
-            "transformers' config class for this model_type"
-        )
     if kernel_dtype.note:
         notes.append(kernel_dtype.note)
     if device.source.startswith("fallback"):
