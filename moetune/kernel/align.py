@@ -32,6 +32,8 @@ import triton.language as tl
 
 # Up to this many slots one program aligns everything (M = 256 at top-k 8).
 SINGLE_PROGRAM_SLOTS = 2048
+# The single program's slot block is at least this wide, so few M values share one compile.
+MIN_SINGLE_CHUNK = 256
 # Slots per program in the large path's count and scatter launches.
 CHUNK_SLOTS = 1024
 # Chunk rows summed at once by the scan.
@@ -264,7 +266,7 @@ def align_block_size(
             max_padded,
             BLOCK_SIZE_M=block_size_m,
             BLOCK_E=block_e,
-            CHUNK=triton.next_power_of_2(num_slots),
+            CHUNK=max(MIN_SINGLE_CHUNK, triton.next_power_of_2(num_slots)),
             num_warps=8,
         )
         return sorted_ids, expert_ids, num_post_padded

@@ -1,0 +1,667 @@
+"""Benchmark of moetune's fused-MoE kernel against the roofline floor (issue 3).
+
+For every shape (bench/shapes.json), dtype and batch size M it measures, in one run:
+
+- the whole `fused_moe` call (routing, alignment, GEMM1, SiLU-and-mul, GEMM2, top-k
+  sum) with our `default_config`, and with vLLM's published H200 config for the
+  shape when one exists (bench/vllm_configs/, nearest-M key, as the engines pick);
+- the two GEMMs alone (two `invoke_fused_moe_gemm` launches on pre-aligned,
+  pre-quantized inputs) with the same two configs, to set against vLLM's GEMM
+  numbers measured on the same shapes;
+- PyTorch's grouped GEMM (`torch._grouped_mm`) on the same routed tokens, already
+  sorted by expert: gate/up then down, glue excluded. bf16 only: torch has no
+  grouped GEMM for 128x128 block-scaled fp8 (`_scaled_grouped_mm` takes row-wise
+  scales), so fp8 points leave it out.
+
+Each variant is captured in a CUDA graph of several calls whose inputs rotate
+among different token sets (so consecutive calls route differently and small-M
+weights are not served from L2), replayed many times; p20/p50/p80 are per call.
+The floor is `moetune.roofline.moe_roofline` with BW (device copy, bytes read +
+written) and PEAK (8192^3 bf16 matmul) measured at the start of the same run.
+
+Without a GPU (TRITON_INTERPRET=1) it times plain calls on the host instead: use
+`--quick` there; those numbers only prove the script runs.
+
+    python bench/kernel.py                       # the full grid, on a GPU
+    python bench/kernel.py --quick               # tiny shape, M = 1 and 8
+    python bench/kernel.py --shapes qwen3-30b-a3b-tp1 --batch-sizes 1,64 --dtypes bf16
+
+Full results go to `--out DIR` (default bench/results/<UTC time>/): results.json
+and results.md; the compact table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+
+from moetune.extract.filenames import vllm_config_filename
+from moetune.fileio import atomic_write_json, atomic_write_text
+from moetune.kernel.activation import silu_and_mul
+from moetune.kernel.align import align_block_size
+from moetune.kernel.config import default_config
+from moetune.kernel.fused_moe import fused_moe
+from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
+from moetune.kernel.naive import naive_fused_moe
+from moetune.kernel.problem import make_problem
+from moetune.kernel.quant import per_token_group_quant_fp8
+from moetune.kernel.routing import topk_routing
+from moetune.roofline import expected_experts_hit, moe_roofline
+
+BENCH_DIR = Path(__file__).resolve().parent
+SHAPES_FILE = BENCH_DIR / "shapes.json"
+VLLM_CONFIG_DIR = BENCH_DIR / "vllm_configs"
+BATCH_SIZES = (1, 8, 64, 256, 1024, 4096)
+QUICK_BATCH_SIZES = (1, 8)
+# Benchmark dtype label -> (kernel dtype string, weight block shape).
+DTYPES = {"bf16": ("bf16", None), "fp8-block": ("fp8_w8a8", (128, 128))}
+QUANTILES = (0.2, 0.5, 0.8)
+# A CUDA graph holds enough calls to last about this long (fewer for slow calls) ...
+GRAPH_TARGET_US = 1000.0
+MAX_CALLS_PER_GRAPH = 10
+MIN_CALLS_PER_GRAPH = 2
+# Token sets the calls rotate among: as many as a graph holds on a GPU, two on the host.
+GPU_TOKEN_SETS, HOST_TOKEN_SETS = MAX_CALLS_PER_GRAPH, 2
+# ... and is replayed until about this much time has passed (at least MIN_REPLAYS).
+REPLAY_BUDGET_US = 150_000.0
+MIN_REPLAYS, MAX_REPLAYS = 5, 100
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    E: int
+    top_k: int
+    K: int
+    N: int
+
+
+@dataclass(frozen=True)
+class Timing:
+    p20_us: float
+    p50_us: float
+    p80_us: float
+    calls_per_graph: int
+    replays: int
+    graph: bool
+
+
+def load_shapes(names: list[str] | None) -> list[Shape]:
+    data = {k: v for k, v in json.loads(SHAPES_FILE.read_text()).items() if not k.startswith("_")}
+    if names is None:
+        names = [name for name in data if name != "tiny"]
+    unknown = [name for name in names if name not in data]
+    if unknown:
+        sys.exit(f"Error: unknown shape(s) {', '.join(unknown)}; known: {', '.join(data)}")
+    return [Shape(name, **data[name]) for name in names]
+
+
+def vllm_config(shape: Shape, dtype: str, block_shape, M: int, device_name: str) -> dict | None:
+    """vLLM's published config for this shape on this GPU, nearest-M entry, or None."""
+    engine_dtype = None if dtype in ("bf16", "fp16") else dtype
+    name = vllm_config_filename(shape.E, shape.N, device_name, engine_dtype, block_shape)
+    path = VLLM_CONFIG_DIR / name
+    if not path.exists():
+        return None
+    table = json.loads(path.read_text())
+    key = min(table, key=lambda k: abs(int(k) - M))
+    return {k: v for k, v in table[key].items() if k in CONFIG_KEYS}
+
+
+CONFIG_KEYS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+
+
+# %% Timing -------------------------------------------------------------------------------
+
+
+def _quantiles(samples: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(samples)
+    if len(ordered) == 1:
+        return ordered[0], ordered[0], ordered[0]
+    cuts = statistics.quantiles(ordered, n=10, method="inclusive")
+    return cuts[1], statistics.median(ordered), cuts[7]
+
+
+def time_calls(calls: list, estimate_us: float, on_gpu: bool) -> Timing:
+    """Per-call latency of `calls` (zero-argument callables, run in order).
+
+    On a GPU: warm up (compiles), capture a CUDA graph of the calls, repeated to
+    about GRAPH_TARGET_US, and time its replays with device events.
+    """
+    for call in calls:
+        call()  # compile and allocate outside the timed region
+    if not on_gpu:
+        start = time.perf_counter()
+        for call in calls:
+            call()
+        per_call = (time.perf_counter() - start) * 1e6 / len(calls)
+        return Timing(
+            per_call, per_call, per_call, calls_per_graph=len(calls), replays=1, graph=False
+        )
+
+    torch.cuda.synchronize()
+    repeat = min(
+        MAX_CALLS_PER_GRAPH // len(calls), round(GRAPH_TARGET_US / (estimate_us * len(calls)))
+    )
+    repeat = max(repeat, 1, math.ceil(MIN_CALLS_PER_GRAPH / len(calls)))
+    sequence = calls * repeat
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in sequence:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    first_us = start.elapsed_time(end) * 1e3
+    replays = int(min(MAX_REPLAYS, max(MIN_REPLAYS, REPLAY_BUDGET_US / max(first_us, 1.0))))
+    samples = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / len(sequence))
+    del graph
+    return Timing(*_quantiles(samples), calls_per_graph=len(sequence), replays=replays, graph=True)
+
+
+def measure_ceilings(device: str, quick: bool) -> dict:
+    """Copy bandwidth (bytes read + written per second) and bf16 matmul rate, measured here."""
+    on_gpu = device == "cuda"
+    copy_bytes = (64 if quick else 2048) * 2**20
+    src = torch.empty(copy_bytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    size = 512 if quick else 8192
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+
+    def best_us(fn, reps):
+        fn()
+        samples = []
+        for _ in range(reps):
+            if on_gpu:
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) * 1e3)
+            else:
+                start = time.perf_counter()
+                fn()
+                samples.append((time.perf_counter() - start) * 1e6)
+        return statistics.median(samples)
+
+    copy_us = best_us(lambda: dst.copy_(src), 3 if quick else 20)
+    matmul_us = best_us(lambda: torch.matmul(a, b), 3 if quick else 20)
+    return {
+        "bandwidth_bytes_per_s": 2 * copy_bytes / (copy_us * 1e-6),
+        "peak_flops_per_s": 2 * size**3 / (matmul_us * 1e-6),
+        "copy_bytes": copy_bytes,
+        "matmul_size": size,
+    }
+
+
+# %% The measured variants --------------------------------------------------------------
+
+
+def quantize_activation(a, quant):
+    """The GEMM input for activations `a` and its scale: fp8 per token group for block fp8."""
+    if quant is None:
+        return a, None
+    return per_token_group_quant_fp8(a, quant.block_shape[1])
+
+
+def gemm_only_calls(problem, token_sets, config, dtype, block_shape):
+    """Two GEMM launches per token set, on inputs routed, aligned and quantized beforehand."""
+    quant = problem.quant
+    w1, w2 = problem.w1, problem.w2
+    num_experts, two_n, _ = w1.shape
+    hidden = w2.shape[1]
+    calls = []
+    for x, logits in token_sets:
+        top_k = problem.top_k
+        weights, ids = topk_routing(logits, top_k)
+        sorted_ids, expert_ids, num_post = align_block_size(
+            ids, config["BLOCK_SIZE_M"], num_experts
+        )
+        gate_up = torch.empty(x.shape[0] * top_k, two_n, dtype=x.dtype, device=x.device)
+        down = torch.empty(x.shape[0], top_k, hidden, dtype=x.dtype, device=x.device)
+        a1, a1_scale = quantize_activation(x, quant)
+        common = dict(
+            sorted_token_ids=sorted_ids,
+            expert_ids=expert_ids,
+            num_tokens_post_padded=num_post,
+            config=config,
+            quant_dtype=quant.dtype if quant else None,
+            block_shape=block_shape,
+        )
+        invoke_fused_moe_gemm(
+            a1,
+            w1,
+            gate_up,
+            a_scale=a1_scale,
+            w_scale=quant.w1_scale if quant else None,
+            topk_weights=None,
+            mul_routed_weight=False,
+            top_k=top_k,
+            **common,
+        )
+        a2, a2_scale = quantize_activation(silu_and_mul(gate_up), quant)
+
+        def call(
+            a1=a1,
+            a1_scale=a1_scale,
+            a2=a2,
+            a2_scale=a2_scale,
+            gate_up=gate_up,
+            down=down,
+            weights=weights,
+            common=common,
+            top_k=top_k,
+        ):
+            invoke_fused_moe_gemm(
+                a1,
+                w1,
+                gate_up,
+                a_scale=a1_scale,
+                w_scale=quant.w1_scale if quant else None,
+                topk_weights=None,
+                mul_routed_weight=False,
+                top_k=top_k,
+                **common,
+            )
+            invoke_fused_moe_gemm(
+                a2,
+                w2,
+                down,
+                a_scale=a2_scale,
+                w_scale=quant.w2_scale if quant else None,
+                topk_weights=weights,
+                mul_routed_weight=True,
+                top_k=1,
+                **common,
+            )
+
+        calls.append(call)
+    return calls
+
+
+def grouped_mm_calls(problem, token_sets):
+    """torch._grouped_mm gate/up then down on tokens pre-sorted by expert (glue excluded)."""
+    w1_t = problem.w1.transpose(1, 2)  # [E, K, 2N], column-major per expert: what it wants
+    w2_t = problem.w2.transpose(1, 2)  # [E, N, K]
+    num_experts, n = problem.w2.shape[0], problem.w2.shape[2]
+    calls = []
+    for x, logits in token_sets:
+        _, ids = topk_routing(logits, problem.top_k)
+        flat = ids.reshape(-1).long()
+        order = torch.argsort(flat, stable=True)
+        x_sorted = x[order // problem.top_k].contiguous()
+        offsets = torch.bincount(flat, minlength=num_experts).cumsum(0).to(torch.int32)
+        act = torch.randn(x_sorted.shape[0], n, device=x.device, dtype=x.dtype)
+
+        def call(x_sorted=x_sorted, act=act, offsets=offsets):
+            torch._grouped_mm(x_sorted, w1_t, offs=offsets)
+            torch._grouped_mm(act, w2_t, offs=offsets)
+
+        calls.append(call)
+    return calls
+
+
+def token_sets_for(problem, M: int, pool: int, count: int):
+    """`count` disjoint (where the pool allows) slices of M tokens: x [M, K], logits [M, E]."""
+    sets = []
+    for i in range(max(1, min(count, pool // M))):
+        start = i * M
+        sets.append((problem.x[start : start + M], problem.router_logits[start : start + M]))
+    return sets
+
+
+def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu):
+    """Every variant at one (shape, dtype, M); a variant that fails is recorded, not fatal."""
+    dtype, block_shape = DTYPES[label]
+    roof = moe_roofline(M, shape.E, shape.N, shape.K, shape.top_k, dtype, block_shape)
+    bw, peak = ceilings["bandwidth_bytes_per_s"], ceilings["peak_flops_per_s"]
+    floor_us = roof.floor_seconds(bw, peak) * 1e6
+    sets = token_sets_for(problem, M, pool, GPU_TOKEN_SETS if on_gpu else HOST_TOKEN_SETS)
+    _, first_ids = topk_routing(sets[0][1], shape.top_k)
+    row = {
+        "shape": shape.name,
+        "E": shape.E,
+        "top_k": shape.top_k,
+        "K": shape.K,
+        "N": shape.N,
+        "dtype": label,
+        "M": M,
+        "experts_hit_expected": expected_experts_hit(M, shape.E, shape.top_k),
+        "experts_hit_first_set": int(torch.unique(first_ids).numel()),
+        "token_sets": len(sets),
+        "floor_us": floor_us,
+        "bound": roof.bound(bw, peak),
+        "bytes": roof.bytes,
+        "flops": roof.flops,
+        "configs": {},
+        "timings": {},
+        "errors": {},
+    }
+    configs = {
+        "default": default_config(M, shape.E, shape.N, shape.K, shape.top_k, dtype, block_shape)
+    }
+    published = vllm_config(shape, dtype, block_shape, M, device_name)
+    if published is not None:
+        configs["vllm"] = published
+    row["configs"] = configs
+
+    # Check what is timed: each config's output on the first token set against the reference.
+    x0, logits0 = sets[0]
+    reference = naive_fused_moe(
+        x0, problem.w1, problem.w2, logits0, shape.top_k, quant=problem.quant
+    ).float()
+    row["rel_rms_error"] = {}
+    for name, config in configs.items():
+        try:
+            out = fused_moe(
+                x0, problem.w1, problem.w2, logits0, shape.top_k, config=config, quant=problem.quant
+            )
+            error = (out.float() - reference).norm() / reference.norm().clamp_min(1e-30)
+            row["rel_rms_error"][name] = float(error)
+        except Exception as exc:  # noqa: BLE001 - recorded; the timing below records it too
+            row["rel_rms_error"][name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    del reference
+
+    variants = []
+    for name, config in configs.items():
+        variants.append(
+            (
+                f"whole_{name}",
+                lambda config=config: [
+                    (
+                        lambda x=x, logits=logits: fused_moe(
+                            x,
+                            problem.w1,
+                            problem.w2,
+                            logits,
+                            shape.top_k,
+                            config=config,
+                            quant=problem.quant,
+                        )
+                    )
+                    for x, logits in sets
+                ],
+            )
+        )
+        variants.append(
+            (
+                f"gemms_{name}",
+                lambda config=config: gemm_only_calls(problem, sets, config, dtype, block_shape),
+            )
+        )
+    if problem.quant is None:
+        variants.append(("grouped_mm", lambda: grouped_mm_calls(problem, sets)))
+    else:
+        row["errors"]["grouped_mm"] = "not run: torch has no 128x128 block-scaled fp8 grouped GEMM"
+
+    for variant, make_calls in variants:
+        try:
+            timing = time_calls(make_calls(), floor_us, on_gpu)
+            row["timings"][variant] = dict(timing.__dict__)
+        except Exception as exc:  # noqa: BLE001 - one failed variant must not end the run
+            row["errors"][variant] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            print(
+                f"  {shape.name} {label} M={M} {variant} failed: {row['errors'][variant]}",
+                flush=True,
+            )
+            if on_gpu:
+                torch.cuda.synchronize()
+    whole = [
+        row["timings"][v]["p50_us"] for v in ("whole_default", "whole_vllm") if v in row["timings"]
+    ]
+    row["whole_best_x_floor"] = min(whole) / floor_us if whole else None
+    return row
+
+
+# %% Reporting ------------------------------------------------------------------------------
+
+
+def _us(row, variant):
+    timing = row["timings"].get(variant)
+    if timing is None:
+        return "-"
+    value = timing["p50_us"]
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _error(row):
+    """The worst relative RMS error of the checked configs, or "fail"."""
+    errors = list(row.get("rel_rms_error", {}).values())
+    if not errors:
+        return "-"
+    if any(isinstance(e, str) for e in errors):
+        return "fail"
+    return f"{max(errors):.0e}"
+
+
+def table_lines(rows: list[dict], markdown: bool) -> list[str]:
+    headers = [
+        "shape",
+        "dtype",
+        "M",
+        "E_hit",
+        "floor",
+        "whole def",
+        "whole vllm",
+        "x floor",
+        "gemms def",
+        "gemms vllm",
+        "grouped_mm",
+        "err",
+    ]
+    body = []
+    for row in rows:
+        xf = row["whole_best_x_floor"]
+        body.append(
+            [
+                row["shape"],
+                row["dtype"],
+                str(row["M"]),
+                f"{row['experts_hit_expected']:.1f}",
+                f"{row['floor_us']:.1f}",
+                _us(row, "whole_default"),
+                _us(row, "whole_vllm"),
+                "-" if xf is None else f"{xf:.2f}",
+                _us(row, "gemms_default"),
+                _us(row, "gemms_vllm"),
+                _us(row, "grouped_mm"),
+                _error(row),
+            ]
+        )
+    if markdown:
+        lines = [
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join("---:" if i > 1 else "---" for i in range(len(headers))) + "|",
+        ]
+        return lines + ["| " + " | ".join(cells) + " |" for cells in body]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return " ".join(
+            c.rjust(w) if i > 1 else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return [line(headers)] + [line(cells) for cells in body]
+
+
+def machine_info(device: str) -> dict:
+    info = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "device": device,
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update(
+            gpu=torch.cuda.get_device_name(0),
+            cuda=torch.version.cuda,
+            sms=props.multi_processor_count,
+        )
+    else:
+        info.update(gpu=None, cpu=platform.processor() or platform.machine())
+    return info
+
+
+def markdown_report(machine: dict, ceilings: dict, rows: list[dict]) -> str:
+    lines = [
+        "# Fused-MoE kernel benchmark",
+        "",
+        f"Machine: {machine.get('gpu') or machine.get('cpu')}, torch {machine['torch']}, "
+        f"Triton {machine['triton']}, CUDA {machine.get('cuda')}; {machine['date_utc']}.",
+        f"Measured ceilings: copy bandwidth {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s (read + write), "
+        f"bf16 matmul {ceilings['peak_flops_per_s'] / 1e12:.0f} TFLOP/s ({ceilings['matmul_size']}^3).",
+        "",
+        "Times are p50 us per call (CUDA graph replays); `x floor` = best whole call / roofline floor;",
+        "`err` = worst relative RMS error of the timed configs' output against `naive_fused_moe`.",
+        "",
+        *table_lines(rows, markdown=True),
+        "",
+    ]
+    errors = [(r, v, e) for r in rows for v, e in r["errors"].items()]
+    if errors:
+        lines += ["Not measured:", ""]
+        lines += [f"- {r['shape']} {r['dtype']} M={r['M']} {v}: {e}" for r, v, e in errors]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# %% Main -----------------------------------------------------------------------------------
+
+
+def save(
+    out_dir: Path, machine: dict, ceilings: dict, rows: list[dict], wall_seconds: float
+) -> None:
+    """Write results.json and results.md (after every point, so a cut-off run keeps its rows)."""
+    result = {"machine": machine, "ceilings": ceilings, "rows": rows, "wall_seconds": wall_seconds}
+    atomic_write_json(out_dir / "results.json", result)
+    atomic_write_text(out_dir / "results.md", markdown_report(machine, ceilings, rows))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--shapes", help="comma-separated names from bench/shapes.json (default: all but tiny)"
+    )
+    parser.add_argument("--batch-sizes", help=f"comma-separated M values (default: {BATCH_SIZES})")
+    parser.add_argument(
+        "--dtypes", help=f"comma-separated, from {', '.join(DTYPES)} (default: all)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="the tiny shape at M = 1 and 8 (CPU-friendly)"
+    )
+    parser.add_argument("--out", help="results folder (default: bench/results/<UTC time>)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parse_args(argv)
+    on_gpu = torch.cuda.is_available()
+    device = "cuda" if on_gpu else "cpu"
+    shapes = load_shapes(
+        args.shapes.split(",") if args.shapes else (["tiny"] if args.quick else None)
+    )
+    default_sizes = QUICK_BATCH_SIZES if args.quick else BATCH_SIZES
+    batch_sizes = (
+        [int(m) for m in args.batch_sizes.split(",")] if args.batch_sizes else list(default_sizes)
+    )
+    labels = args.dtypes.split(",") if args.dtypes else list(DTYPES)
+    unknown = [label for label in labels if label not in DTYPES]
+    if unknown:
+        sys.exit(f"Error: unknown dtype(s) {', '.join(unknown)}; known: {', '.join(DTYPES)}")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / stamp
+
+    machine = machine_info(device)
+    device_name = machine.get("gpu") or "NVIDIA H200"
+    started = time.perf_counter()
+    ceilings = measure_ceilings(device, quick=args.quick or not on_gpu)
+    print(
+        f"{machine.get('gpu') or machine.get('cpu')}: BW {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, "
+        f"PEAK {ceilings['peak_flops_per_s'] / 1e12:.1f} TFLOP/s",
+        flush=True,
+    )
+    rows = []
+    pool = max(max(batch_sizes), MAX_CALLS_PER_GRAPH * min(batch_sizes))
+    for shape in shapes:
+        for label in labels:
+            dtype, block_shape = DTYPES[label]
+            problem = make_problem(
+                pool,
+                shape.E,
+                shape.N,
+                shape.K,
+                shape.top_k,
+                dtype,
+                block_shape,
+                device=device,
+                seed=0,
+            )
+            for M in batch_sizes:
+                try:
+                    row = measure_point(
+                        problem, shape, label, M, pool, ceilings, device_name, on_gpu
+                    )
+                except Exception:  # noqa: BLE001 - report and go on with the next point
+                    traceback.print_exc()
+                    continue
+                rows.append(row)
+                save(out_dir, machine, ceilings, rows, time.perf_counter() - started)
+                print(
+                    f"[{time.perf_counter() - started:6.0f}s] "
+                    + table_lines([row], markdown=False)[1],
+                    flush=True,
+                )
+            del problem
+            if on_gpu:
+                torch.cuda.empty_cache()
+
+    wall = time.perf_counter() - started
+    save(out_dir, machine, ceilings, rows, wall)
+    print(f"\nwrote {out_dir}/results.json and results.md ({wall:.0f} s)")
+    print(
+        f"BW {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, PEAK {ceilings['peak_flops_per_s'] / 1e12:.0f} TFLOP/s; "
+        "p50 us per call; x floor = best whole call / floor"
+    )
+    print("\n".join(table_lines(rows, markdown=False)))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
