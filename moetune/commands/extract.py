@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Tensor-parallel size (GPUs per model replica).",
+    help="GPUs one MoE layer is split over: the engine's TP size "
+    "(vLLM with data parallelism: TP x DP, which its MoE layers span).",
 )
 @click.option(
     "--ep",

@@ -8,6 +8,9 @@ tensor parallelism, T/P, splits each expert's intermediate size.
 - vLLM ``--enable-expert-parallel`` (moetune ``--ep``): P = T, E/T experts, N = I.
 - SGLang ``--ep-size P`` (moetune ``--ep-size P``): E/P experts, N = I/(T/P).
 
+vLLM's MoE layers span its data-parallel ranks too (``flatten_tp_across_dp``):
+with ``--data-parallel-size D`` pass T x D as the TP size here.
+
 Kimi K3 (E=896, I=3072, K=3584) with ``--tp 8 --ep``: 112 experts per rank,
 N = 3072, w1 ``[112, 6144, 3584]``.
 """
