@@ -165,14 +165,27 @@ def time_calls(calls: list, estimate_us: float, on_gpu: bool) -> Timing:
     repeat = max(repeat, 1, math.ceil(MIN_CALLS_PER_GRAPH / len(calls)))
     sequence = calls * repeat
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in sequence:
-            call()
-    graph.replay()
+    try:
+        with torch.cuda.graph(graph):
+            for call in sequence:
+                call()
+        run, captured = graph.replay, True
+    except Exception as exc:  # noqa: BLE001 - time plain launches instead, and say so
+        print(
+            f"  CUDA graph capture failed ({type(exc).__name__}); timing plain launches", flush=True
+        )
+        torch.cuda.synchronize()
+
+        def run():
+            for call in sequence:
+                call()
+
+        captured = False
+    run()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    graph.replay()
+    run()
     end.record()
     end.synchronize()
     first_us = start.elapsed_time(end) * 1e3
@@ -180,12 +193,14 @@ def time_calls(calls: list, estimate_us: float, on_gpu: bool) -> Timing:
     samples = []
     for _ in range(replays):
         start.record()
-        graph.replay()
+        run()
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / len(sequence))
     del graph
-    return Timing(*_quantiles(samples), calls_per_graph=len(sequence), replays=replays, graph=True)
+    return Timing(
+        *_quantiles(samples), calls_per_graph=len(sequence), replays=replays, graph=captured
+    )
 
 
 def measure_ceilings(device: str, quick: bool) -> dict:

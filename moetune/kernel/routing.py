@@ -107,7 +107,7 @@ def topk_routing(
         TOP_K=top_k,
         RENORMALIZE=renormalize,
         BLOCK_E=triton.next_power_of_2(num_experts),
-        BLOCK_K=triton.next_power_of_2(top_k),
+        BLOCK_K=max(2, triton.next_power_of_2(top_k)),  # no one-lane blocks
         num_warps=1,
     )
     return weights, ids
