@@ -9,6 +9,22 @@ from moetune.kernel.align import SINGLE_PROGRAM_SLOTS, align_block_size, max_pad
 
 GPU = os.environ.get("MOETUNE_GPU_TESTS") == "1"
 DEVICE = "cuda" if GPU else "cpu"
+POISON = -7777
+
+
+@pytest.fixture(autouse=True)
+def poison_int_empty(monkeypatch):
+    """Fill every int32 `torch.empty` with POISON: an entry the kernels forget shows up."""
+    real_empty = torch.empty
+
+    def empty(*args, **kwargs):
+        tensor = real_empty(*args, **kwargs)
+        if tensor.dtype == torch.int32:
+            tensor.fill_(POISON)
+        return tensor
+
+    monkeypatch.setattr(torch, "empty", empty)
+
 
 CASES = [
     # (M, top_k, E, block_size_m)
