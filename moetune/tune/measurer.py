@@ -77,6 +77,10 @@ class StoreMeasurer:
         self.warmed: dict[tuple[int, Any], float | None] = {}
         self.timed = 0
         self.reused = 0
+        # What the parallel compile pass did: candidates, summed compile seconds, wall seconds.
+        self.warm_count = 0
+        self.warm_compile_s = 0.0
+        self.warm_wall_s = 0.0
 
     def _key(self, batch_size: int, candidate: Any, fidelity: str) -> tuple:
         return (batch_size, candidate, fidelity)
@@ -140,11 +144,15 @@ class StoreMeasurer:
                 WorkUnit(self.context.problem, batch_size, tuple(cold[i : i + size]), "warm")
                 for i in range(0, len(cold), size)
             ]
+            started = time.perf_counter()
             for unit, outcome in self.backend.run(units):
                 self.warmed[(batch_size, outcome.candidate)] = outcome.compile_s
+                self.warm_count += 1
+                self.warm_compile_s += outcome.compile_s or 0.0
                 if outcome.status != "ok":
                     failed.add(outcome.candidate)
                     results[outcome.candidate] = self._record(unit, outcome, fidelity, None)
+            self.warm_wall_s += time.perf_counter() - started
         return [c for c in candidates if c not in failed]
 
     def _record(

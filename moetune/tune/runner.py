@@ -101,6 +101,7 @@ class TuneSummary:
     measured: int = 0
     reused: int = 0
     ceilings: Any = None
+    compile: dict[str, float] = field(default_factory=dict)
 
 
 def engine_dtype(problem: TuneProblem) -> str | None:
@@ -365,6 +366,12 @@ def run_tune(
         )
     )
     summary.measured = measurer.timed
+    summary.compile = {
+        "warmed": measurer.warm_count,
+        "compile_s": round(measurer.warm_compile_s, 3),
+        "wall_s": round(measurer.warm_wall_s, 3),
+        "workers": backend.compile_workers,
+    }
     summary.reused = measurer.reused
     summary.wall_s = time.perf_counter() - started
     return summary
@@ -385,6 +392,7 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
         "wall_s": round(summary.wall_s, 3),
         "measured": summary.measured,
         "reused": summary.reused,
+        "parallel_compile": summary.compile,
         "ceilings": None
         if ceilings is None
         else {

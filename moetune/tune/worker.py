@@ -43,7 +43,7 @@ FAULTS_ENV = "MOETUNE_TEST_FAULTS"
 MODES = ("quick", "full", "warm", "verify")
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
-DEFAULT_RECYCLE_AFTER = 256
+DEFAULT_RECYCLE_AFTER = 1000
 # Seed of the inputs a verification draws (timing uses seed 0): fresh data for the check.
 VERIFY_SEED = 1234
 # Exit code of a worker whose CUDA context is poisoned; the pool restarts it quietly.
