@@ -354,3 +354,14 @@ def test_extract_imports_neither_torch_nor_triton(tmp_path):
     assert probe["report"]["local_experts"] == 112
     # huggingface_hub too: a bundled snapshot must not pay for importing it.
     assert probe["loaded"] == []
+
+
+def test_replace_mappings_needs_a_file(capsys, monkeypatch, tmp_path):
+    code, _, err = run(capsys, "extract", "--model", "moonshotai/Kimi-K3", "--replace-mappings")
+    assert code == 2
+    assert err.endswith("Error: --replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)\n")
+    # With the variable set, the user's file is the whole registry: Kimi K3 is then unknown.
+    monkeypatch.setenv("MOETUNE_MAPPINGS", write(tmp_path / "acme.yaml", ACME_MAPPINGS))
+    code, _, err = run(capsys, "extract", "--model", "moonshotai/Kimi-K3", "--replace-mappings")
+    assert code == 1
+    assert err.startswith("Error: unknown architecture 'KimiK3ForConditionalGeneration'")

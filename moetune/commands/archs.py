@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -31,8 +32,8 @@ def archs(mappings: str | None, replace_mappings: bool, json_: bool) -> None:
         moetune archs
         moetune archs --mappings my_mappings.yaml --json
     """
-    if replace_mappings and mappings is None:
-        raise click.UsageError("--replace-mappings needs --mappings FILE")
+    if replace_mappings and mappings is None and not os.environ.get("MOETUNE_MAPPINGS"):
+        raise click.UsageError("--replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)")
     from moetune.extract.mappings import load_registry
 
     registry = load_registry(mappings, replace=replace_mappings)

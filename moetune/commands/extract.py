@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING
 
 import click
@@ -97,8 +98,8 @@ def extract(
         raise click.UsageError(
             "--ep (vLLM: EP size = TP size) and --ep-size (SGLang) both set the EP size; pass one"
         )
-    if replace_mappings and mappings is None:
-        raise click.UsageError("--replace-mappings needs --mappings FILE")
+    if replace_mappings and mappings is None and not os.environ.get("MOETUNE_MAPPINGS"):
+        raise click.UsageError("--replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)")
     from moetune.extract.report import build_report
 
     report = build_report(
