@@ -86,11 +86,11 @@ def benchmark(
     from moetune.tune.space import DEFAULT_BATCH_SIZES
     from moetune.tune.worker import WorkerPool, WorkUnit
 
+    files = {str(path): load_tuned_file(path) for path in config_files}
     resolved = problem_from_options(model)
     for note in resolved.notes:
         click.echo(f"Note: {note}", err=True)
     problem = resolved.problem
-    files = {str(path): load_tuned_file(path) for path in config_files}
     sizes = tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES)
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
 

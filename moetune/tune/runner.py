@@ -104,11 +104,6 @@ class TuneSummary:
     compile: dict[str, float] = field(default_factory=dict)
 
 
-def engine_dtype(problem: TuneProblem) -> str | None:
-    """The dtype string in the engines' file names (none for bf16/fp16)."""
-    return None if problem.dtype in ("bf16", "fp16") else problem.dtype
-
-
 def planned_files(
     problem: TuneProblem,
     device_name: str,
@@ -117,20 +112,12 @@ def planned_files(
     engines: Sequence[str],
 ) -> tuple[Path, ...]:
     """The paths `write_engine_files` writes, known before any work."""
-    from moetune.extract.filenames import (
-        sglang_config_filename,
-        sglang_config_folder,
-        vllm_config_filename,
-    )
+    from moetune.tune.output import engine_file_path
 
-    args = (problem.num_experts, problem.intermediate_size, device_name, engine_dtype(problem))
-    files = []
-    if "vllm" in engines:
-        files.append(save_dir / vllm_config_filename(*args, problem.block_shape))
-    if "sglang" in engines:
-        folder = save_dir / sglang_config_folder(triton_version)
-        files.append(folder / sglang_config_filename(*args, problem.block_shape))
-    return tuple(files)
+    return tuple(
+        engine_file_path(engine, problem, device_name, triton_version, save_dir)
+        for engine in engines
+    )
 
 
 def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:

@@ -1,0 +1,162 @@
+"""`moetune tune` and `moetune benchmark` end to end on a tiny bundled model (CPU, interpreter).
+
+The model (tests/tune/data/tiny-moe: E=4, top-k 2, K=64, N=32) and a 3-candidate
+space keep a whole run at a few seconds of interpreter time per candidate.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from moetune.cli import cli
+from moetune.tune.store import STORE_FILENAME, ResultStore
+from moetune.tune.worker import FAULTS_ENV
+
+DATA = Path(__file__).parent / "tune" / "data"
+MODEL = str(DATA / "tiny-moe")
+SPACE = str(DATA / "tiny-space.json")
+VLLM_NAME = "E=4,N=32,device_name=NVIDIA_H200.json"
+SGLANG_NAME = "configs/triton_{}/E=4,N=32,device_name=NVIDIA_H200.json"
+# 3 candidates x 2 batch sizes + the default config at each.
+MEASUREMENTS = 8
+
+
+def tune_args(save_dir, *extra):
+    return [
+        "tune",
+        "--model",
+        MODEL,
+        "--space",
+        SPACE,
+        "--batch-size",
+        "2",
+        "--batch-size",
+        "4",
+        "--save-dir",
+        str(save_dir),
+        "--device-name",
+        "NVIDIA H200",
+        *extra,
+    ]
+
+
+def moetune(args, env=None, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "moetune", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        **kwargs,
+    )
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path):
+    result = CliRunner().invoke(cli, tune_args(tmp_path / "out", "--dry-run"))
+    assert result.exit_code == 0, result.output
+    assert "Shape:       E=4,N=32,K=64,topk=2,dtype=bf16" in result.output
+    assert "M=2         3 kept" in result.output
+    assert VLLM_NAME in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_json(tmp_path):
+    result = CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json"))
+    assert result.exit_code == 0
+    plan = json.loads(result.stdout)
+    assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
+    assert plan["pruning"]["2"]["kept"] == 3
+    assert plan["files"][0] == str(tmp_path / VLLM_NAME)
+
+
+def test_bad_model_is_one_line_error(tmp_path):
+    result = moetune(["tune", "--model", str(tmp_path / "nope"), "--dry-run"])
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+
+
+def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
+    from moetune.tune.output import validate_tuned_config
+
+    env = {FAULTS_ENV: "crash:BLOCK_SIZE_N=64"}
+    result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--json"), env=env)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["measured"] == MEASUREMENTS
+    assert [row["batch_size"] for row in summary["results"]] == [2, 4]
+    for row in summary["results"]:
+        assert row["config"]["BLOCK_SIZE_N"] != 64  # the crashing candidate never wins
+    crashed = [m for m in ResultStore(tmp_path / STORE_FILENAME).all() if m.status == "crashed"]
+    assert len(crashed) == 2 and crashed[0].error.startswith("worker process died")
+    triton = summary["plan"]["triton_version"].replace(".", "_")
+    for path, engine in ((VLLM_NAME, "vllm"), (SGLANG_NAME.format(triton), "sglang")):
+        validate_tuned_config(tmp_path / path, engine)
+    assert "tuned" in result.stderr and "8/8" in result.stderr  # the progress bar, on stderr
+
+
+def test_killed_run_resumes_and_measures_only_what_is_missing(tmp_path):
+    store_path = tmp_path / STORE_FILENAME
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moetune", *tune_args(tmp_path, "--search", "exhaustive")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if store_path.exists() and len(store_path.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the tuner and its workers, mid-sweep
+        process.wait()
+    kept = len(ResultStore(store_path).all())
+    assert 2 <= kept < MEASUREMENTS
+
+    result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--json"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["reused"] == kept
+    assert summary["measured"] == MEASUREMENTS - kept
+    lines = store_path.read_text().splitlines()
+    keys = {
+        tuple(sorted(json.loads(line)["candidate"].items())) + (json.loads(line)["batch_size"],)
+        for line in lines
+    }
+    assert len(keys) == len(lines) == MEASUREMENTS  # nothing was measured twice
+
+
+def test_benchmark_times_default_and_files_side_by_side(tmp_path):
+    tuned = tmp_path / "tuned.json"
+    entry = {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 32,
+        "BLOCK_SIZE_K": 32,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 2,
+    }
+    tuned.write_text(json.dumps({"triton_version": "3.6.0", "1": entry, "64": entry}))
+    result = moetune(
+        ["benchmark", "--model", MODEL, "--batch-size", "3", "--config", str(tuned), "--json"]
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["configs"] == ["default", str(tuned)]
+    (row,) = report["results"]
+    assert row["batch_size"] == 3 and row[str(tuned)]["config"] == entry
+    assert row["default"]["latency_us"] > 0 and row[str(tuned)]["latency_us"] > 0
+
+
+def test_benchmark_rejects_a_malformed_config_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16}}))
+    result = moetune(["benchmark", "--model", MODEL, "--config", str(bad)])
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"Error: {bad}: batch size 1: config")

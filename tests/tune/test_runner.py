@@ -1,0 +1,127 @@
+"""The runner: the plan, winner verification with fallback, and a whole run with resume."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from moetune.errors import TuneError
+from moetune.tune.problem import TuneProblem
+from moetune.tune.runner import TuneRequest, make_plan, plan_lines, run_tune, verify_winners
+from moetune.tune.space import Candidate, DeviceLimits, load_space
+from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
+from moetune.tune.worker import Outcome
+
+DATA = Path(__file__).parent / "data"
+PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
+A = Candidate(16, 32, 32, 1, 4, 2)
+B = Candidate(16, 64, 64, 1, 4, 2)
+
+
+def request(tmp_path, **overrides):
+    values = dict(
+        problem=PROBLEM,
+        batch_sizes=(2, 4),
+        space=tuple(load_space(DATA / "tiny-space.json")),
+        save_dir=tmp_path,
+        search="exhaustive",
+        device_name="NVIDIA H200",
+        triton_version="3.6.0",
+    )
+    values.update(overrides)
+    return TuneRequest(**values)
+
+
+def measurement(candidate, latency, batch_size=2):
+    return Measurement(
+        PROBLEM.key(),
+        batch_size,
+        candidate,
+        "full",
+        "ok",
+        latency,
+        latency,
+        latency,
+        0.1,
+        None,
+        "NVIDIA H200",
+        "3.6.0",
+        "0",
+        0.0,
+    )
+
+
+def test_plan_lists_shape_pruning_and_exact_file_names(tmp_path):
+    plan = make_plan(request(tmp_path), DeviceLimits.h200())
+    text = "\n".join(plan_lines(plan))
+    assert "Shape:       E=4,N=32,K=64,topk=2,dtype=bf16" in text
+    assert "M=2         3 kept" in text and "M=4         3 kept" in text
+    assert plan.files == (
+        tmp_path / "E=4,N=32,device_name=NVIDIA_H200.json",
+        tmp_path / "configs/triton_3_6_0/E=4,N=32,device_name=NVIDIA_H200.json",
+    )
+    assert plan.store_path == tmp_path / STORE_FILENAME
+
+
+def test_plan_refuses_an_empty_space(tmp_path):
+    with pytest.raises(TuneError, match="the search space is empty"):
+        make_plan(request(tmp_path, space=()), DeviceLimits.h200())
+
+
+@dataclass
+class ScriptedBackend:
+    """Answers verification units from a table: candidate -> status."""
+
+    verdicts: dict
+    compile_workers: int = 0
+    parallelism: int = 1
+
+    def run(self, units):
+        for unit in units:
+            for candidate in unit.candidates:
+                status = self.verdicts[candidate]
+                error = None if status == "ok" else "relative RMS error 1"
+                yield unit, Outcome(candidate, status, error=error, rel_rms=0.004)
+
+
+def test_a_wrong_winner_is_replaced_by_the_next_best():
+    notes = []
+    choices = {2: [measurement(A, 10.0), measurement(B, 11.0)]}
+    verified = verify_winners(
+        ScriptedBackend({A: "wrong_result", B: "ok"}), PROBLEM, choices, notes
+    )
+    pick, rank, rel_rms = verified[2]
+    assert pick.candidate == B and rank == 1 and rel_rms == 0.004
+    assert len(notes) == 1 and notes[0].startswith("M=2: M16 N32 K32 G1 w4 s2 rejected")
+
+
+def test_no_correct_candidate_means_no_file():
+    choices = {2: [measurement(A, 10.0)]}
+    with pytest.raises(TuneError, match="no candidate passed the check .* batch size"):
+        verify_winners(ScriptedBackend({A: "wrong_result"}), PROBLEM, choices, [])
+
+
+def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path):
+    from moetune.tune.output import validate_tuned_config
+
+    plan = make_plan(request(tmp_path), DeviceLimits.h200())
+    first = run_tune(plan)
+    # 3 candidates x 2 batch sizes, plus the default config at each batch size.
+    assert first.measured == 8 and first.reused == 0
+    assert [row.batch_size for row in first.rows] == [2, 4]
+    for row in first.rows:
+        assert row.config in plan.pruning[row.batch_size].kept
+        assert row.latency_us > 0 and row.default_latency_us > 0 and row.rel_rms < 0.02
+    assert first.files == list(plan.files)
+    vllm, sglang = (json.loads(path.read_text()) for path in first.files)
+    validate_tuned_config(first.files[0], "vllm")
+    validate_tuned_config(first.files[1], "sglang")
+    assert vllm["triton_version"] == "3.6.0" and "triton_version" not in sglang
+    assert vllm["2"] == first.rows[0].config.as_config() == sglang["2"]
+    assert not list(tmp_path.rglob("*.tmp"))
+
+    second = run_tune(plan)
+    assert second.measured == 0 and second.reused == 8
+    assert [row.config for row in second.rows] == [row.config for row in first.rows]
+    assert len(ResultStore(plan.store_path).all()) == 8
