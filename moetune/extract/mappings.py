@@ -253,14 +253,8 @@ def _line_of(text: str, location: list[Any]) -> int | None:
     return node.start_mark.line + 1 if node is not None else None
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _where(path: str, text: str, data: Any, location: list[Any]) -> str:
+def _where(path: str, line: int | None, data: Any, location: list[Any]) -> str:
     """'FILE, line N: entry NAME, field a.b' for a location in the document."""
-    line = _line_of(text, location)
     head = f"{path}, line {line}" if line else path
     details = []
     rest = list(location)
@@ -275,25 +269,48 @@ def _where(path: str, text: str, data: Any, location: list[Any]) -> str:
     return f"{head}: {', '.join(details)}" if details else head
 
 
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"an object with keys {', '.join(map(str, value)) or '(none)'}"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _most_specific(error: Any) -> Any:
+    """Descend from an anyOf failure into the list item that caused it, when there is one."""
+    from jsonschema.exceptions import best_match
+
+    while error.validator in ("anyOf", "oneOf"):
+        deeper = [sub for sub in error.context or () if len(sub.path) > 0]
+        if not deeper:
+            break
+        error = best_match(deeper)
+    return error
+
+
 def _schema_problems(path: str, text: str, data: Any) -> list[str]:
+    """Schema violations as 'FILE, line N: entry X, field Y: expected ..., got ...', by line."""
     problems = []
-    for error in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.path))):
+    for error in map(_most_specific, _validator().iter_errors(data)):
         location = list(error.absolute_path)
+        line = _line_of(text, location)
         if error.validator == "required":
             absent = [name for name in error.validator_value if name not in error.instance]
-            location_text = _where(path, text, data, location + absent[:1])
-            problems.append(f"{location_text}: missing (required)")
-            continue
-        expected = error.schema.get("description") if isinstance(error.schema, dict) else None
-        if error.validator == "const":
-            expected = repr(error.validator_value)
-        elif error.validator == "additionalProperties":
-            expected = "only the key 'default'"
-        problems.append(
-            f"{_where(path, text, data, location)}: expected {expected or error.message}, "
-            f"got {_short(error.instance)}"
-        )
-    return problems
+            message = f"{_where(path, line, data, location + absent[:1])}: missing (required)"
+        else:
+            expected = error.schema.get("description") if isinstance(error.schema, dict) else None
+            if not location:
+                expected = "a mapping with a list of 'entries'"
+            elif error.validator == "const":
+                expected = repr(error.validator_value)
+            elif error.validator == "additionalProperties":
+                expected = "only the key 'default'"
+            message = (
+                f"{_where(path, line, data, location)}: expected {expected or error.message}, "
+                f"got {_short(error.instance)}"
+            )
+        problems.append((line or 0, message))
+    return [message for _, message in sorted(problems)]
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:
