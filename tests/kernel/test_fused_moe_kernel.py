@@ -41,7 +41,7 @@ CONFIGS = [
     ),
 ]
 if GPU:
-    SHAPES += [(333, 64, 8, 768, 2048), (1, 256, 8, 512, 7168)]
+    SHAPES += [(333, 64, 8, 768, 2048), (1, 64, 8, 256, 7168)]
     CONFIGS += [
         dict(
             BLOCK_SIZE_M=64,
@@ -83,10 +83,10 @@ def random_routing(M, E, top_k, seed):
 
 def make_operands(M, E, top_k, N, K, dtype, block_shape, seed=0):
     """(a as the kernel takes it, a_scale, fp32 a, w, w_scale, fp32 w, output dtype)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
     out_dtype = torch.float16 if dtype == "fp16" else torch.bfloat16
-    a = torch.randn(M, K, generator=gen).to(out_dtype).to(DEVICE)
-    w = (torch.randn(E, N, K, generator=gen) / K**0.5).to(DEVICE)
+    a = torch.randn(M, K, generator=gen, device=DEVICE).to(out_dtype)
+    w = torch.randn(E, N, K, generator=gen, device=DEVICE) / K**0.5
     if dtype in ("fp16", "bf16"):
         w = w.to(out_dtype)
         return a, None, a.float(), w, None, w.float(), out_dtype
