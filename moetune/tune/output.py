@@ -1,0 +1,139 @@
+"""The tuned-config files vLLM and SGLang load, written exactly as each expects.
+
+    vLLM    <save_dir>/E=128,N=768,device_name=NVIDIA_H200.json
+            {"triton_version": "3.6.0", "1": {...}, "2": {...}, ...}
+    SGLang  <save_dir>/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200.json
+            {"1": {...}, "2": {...}, ...}            (no version key: the folder has it)
+
+Batch-size keys are decimal strings in numeric order; each entry holds the six
+kernel keys. Both engines pick the entry whose key is nearest to the live batch
+size. Files are validated against ``schemas/tuned_config.schema.json`` before
+they are written, and written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from moetune.errors import TuneError
+from moetune.extract.filenames import (
+    sglang_config_filename,
+    sglang_config_folder,
+    vllm_config_filename,
+)
+from moetune.fileio import atomic_write_json
+from moetune.tune.problem import TuneProblem
+from moetune.tune.space import Candidate
+
+ENGINES = ("vllm", "sglang")
+
+
+def _engine_dtype(problem: TuneProblem) -> str | None:
+    """The dtype string in the engines' file names: none for unquantized bf16/fp16."""
+    return None if problem.dtype in ("bf16", "fp16") else problem.dtype
+
+
+def _batch_entries(results: dict[int, Candidate]) -> dict[str, dict[str, int]]:
+    if not results:
+        raise TuneError("no tuned batch sizes to write")
+    return {str(m): results[m].as_config() for m in sorted(results)}
+
+
+def vllm_payload(results: dict[int, Candidate], triton_version: str) -> dict[str, Any]:
+    """vLLM's file content: ``"triton_version"`` first, then batch sizes in numeric order."""
+    return {"triton_version": triton_version, **_batch_entries(results)}
+
+
+def sglang_payload(results: dict[int, Candidate]) -> dict[str, Any]:
+    """SGLang's file content: batch sizes in numeric order, no version key."""
+    return _batch_entries(results)
+
+
+def engine_file_path(
+    engine: str, problem: TuneProblem, device_name: str, triton_version: str, save_dir: str | Path
+) -> Path:
+    """Where `write_engine_files` puts `engine`'s file under `save_dir`."""
+    dtype, block = _engine_dtype(problem), problem.block_shape
+    E, N = problem.num_experts, problem.intermediate_size
+    if engine == "vllm":
+        return Path(save_dir) / vllm_config_filename(E, N, device_name, dtype, block)
+    if engine == "sglang":
+        folder = Path(save_dir) / sglang_config_folder(triton_version)
+        return folder / sglang_config_filename(E, N, device_name, dtype, block)
+    raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+
+
+def write_engine_files(
+    results: dict[int, Candidate],
+    problem: TuneProblem,
+    device_name: str,
+    triton_version: str,
+    save_dir: str | Path,
+    engines: tuple[str, ...] | list[str] = ENGINES,
+) -> list[Path]:
+    """Write each engine's file (validated, atomically); return the paths in `engines` order."""
+    written = []
+    for engine in engines:
+        path = engine_file_path(engine, problem, device_name, triton_version, save_dir)
+        payload = (
+            vllm_payload(results, triton_version) if engine == "vllm" else sglang_payload(results)
+        )
+        validate_tuned_config(payload, engine, name=str(path))
+        written.append(atomic_write_json(path, payload, indent=4))
+    return written
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    source = resources.files("moetune") / "data" / "schemas" / "tuned_config.schema.json"
+    return json.loads(source.read_text())
+
+
+def validate_tuned_config(
+    path_or_payload: str | Path | dict[str, Any], engine: str, name: str | None = None
+) -> None:
+    """Check a tuned-config file (a path) or its content against the engine's schema.
+
+    Raises `TuneError` naming the file and the offending key, e.g.
+    ``E=8,...json: key "64": 'num_stages' is a required property``.
+    """
+    if engine not in ENGINES:
+        raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    if isinstance(path_or_payload, dict):
+        payload, label = path_or_payload, name or "tuned config"
+    else:
+        path = Path(path_or_payload)
+        label = name or str(path)
+        try:
+            payload = json.loads(path.read_text())
+        except OSError as exc:
+            raise TuneError(f"cannot read {label}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise TuneError(f"{label} is not valid JSON: {exc}") from None
+    if isinstance(payload, dict):
+        if engine == "sglang" and "triton_version" in payload:
+            raise TuneError(
+                f'{label} is not a valid sglang tuned config: key "triton_version" is not allowed '
+                "(SGLang reads every key as a batch size; its triton_X_Y_Z folder carries the version)"
+            )
+        if not [key for key in payload if key != "triton_version"]:
+            raise TuneError(
+                f"{label} is not a valid {engine} tuned config: it holds no batch sizes"
+            )
+    schema = _schema()
+    validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{engine}"})
+    error = best_match(validator.iter_errors(payload))
+    if error is None:
+        return
+    where = ".".join(
+        f'"{part}"' if isinstance(part, str) else str(part) for part in error.absolute_path
+    )
+    location = f"key {where}: " if where else ""
+    raise TuneError(f"{label} is not a valid {engine} tuned config: {location}{error.message}")

@@ -1,0 +1,417 @@
+"""The candidate grid and its provably safe pruning.
+
+A `Candidate` is one kernel config: the six keys vLLM's and SGLang's tuned
+files hold per batch size. The default grid is the one both engines' tuners
+sweep on CUDA (1,920 candidates); a user may narrow it with a JSON/YAML file.
+
+`prune` removes, for one problem and batch size, candidates that cannot be the
+winner. Each rule is a function whose docstring gives its safety argument; a
+rule either removes candidates that cannot run correctly (or at all) on the
+device, or removes a candidate only when another candidate that is kept does
+the same work with less (or identical) effort. Rules run in `PRUNE_RULES`
+order and `PruneReport.removed` counts what each one removed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moetune.errors import TuneError
+from moetune.roofline import ACT_BYTES, WEIGHT_BYTES
+from moetune.tune.problem import TuneProblem
+
+PARAM_NAMES = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+
+# The grid vLLM's benchmark_moe.py and SGLang's tuning_fused_moe_triton.py sweep on CUDA.
+DEFAULT_VALUES: dict[str, tuple[int, ...]] = {
+    "BLOCK_SIZE_M": (16, 32, 64, 128, 256),
+    "BLOCK_SIZE_N": (32, 64, 128, 256),
+    "BLOCK_SIZE_K": (64, 128, 256),
+    "GROUP_SIZE_M": (1, 16, 32, 64),
+    "num_warps": (4, 8),
+    "num_stages": (2, 3, 4, 5),
+}
+
+DEFAULT_BATCH_SIZES = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    24,
+    32,
+    48,
+    64,
+    96,
+    128,
+    256,
+    512,
+    1024,
+    1536,
+    2048,
+    3072,
+    4096,
+)
+
+_TILE_PARAMS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One kernel config. Field names are the engines' JSON keys.
+
+    Tiles are powers of two of at least 16 (``tl.arange`` and ``tl.dot``
+    require it), `num_warps` a power of two; anything else raises `TuneError`.
+    """
+
+    BLOCK_SIZE_M: int
+    BLOCK_SIZE_N: int
+    BLOCK_SIZE_K: int
+    GROUP_SIZE_M: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self) -> None:
+        for name in PARAM_NAMES:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TuneError(f"{name} must be a positive integer, got {value!r}")
+        for name in _TILE_PARAMS:
+            value = getattr(self, name)
+            if value < 16 or not _is_power_of_two(value):
+                raise TuneError(f"{name} must be a power of two >= 16, got {value}")
+        if not _is_power_of_two(self.num_warps) or self.num_warps > 32:
+            raise TuneError(f"num_warps must be 1, 2, 4, 8, 16 or 32, got {self.num_warps}")
+
+    def as_config(self) -> dict[str, int]:
+        """The engines' per-batch-size entry, keys in their usual order."""
+        return {name: getattr(self, name) for name in PARAM_NAMES}
+
+    @classmethod
+    def from_config(cls, config: Any) -> Candidate:
+        """Parse an engine entry; exactly the six keys, integer values."""
+        if not isinstance(config, dict):
+            raise TuneError(
+                f"a config must be a mapping of {', '.join(PARAM_NAMES)}, got {config!r}"
+            )
+        missing = [name for name in PARAM_NAMES if name not in config]
+        unknown = sorted(set(config) - set(PARAM_NAMES))
+        if missing:
+            raise TuneError(f"config {config} is missing {', '.join(missing)}")
+        if unknown:
+            raise TuneError(
+                f"config {config} has unknown key(s) {', '.join(map(str, unknown))}; "
+                f"expected {', '.join(PARAM_NAMES)}"
+            )
+        return cls(**{name: config[name] for name in PARAM_NAMES})
+
+    def short(self) -> str:
+        """Compact label for tables and logs: ``M64 N128 K64 G16 w4 s3``."""
+        return (
+            f"M{self.BLOCK_SIZE_M} N{self.BLOCK_SIZE_N} K{self.BLOCK_SIZE_K} "
+            f"G{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}"
+        )
+
+
+def grid(values: dict[str, Sequence[int]]) -> list[Candidate]:
+    """Every combination of the given values (all six parameters), sorted."""
+    product = itertools.product(*(values[name] for name in PARAM_NAMES))
+    return sorted({Candidate(*combo) for combo in product})
+
+
+def default_space() -> list[Candidate]:
+    """vLLM's and SGLang's CUDA grid: 5 x 4 x 3 x 4 x 2 x 4 = 1,920 candidates."""
+    return grid(DEFAULT_VALUES)
+
+
+def load_space(path: str | Path) -> list[Candidate]:
+    """A user-narrowed space from JSON or YAML.
+
+    Either a grid, ``{"BLOCK_SIZE_M": [16, 32], "num_warps": 4, ...}`` (a
+    missing parameter takes the default grid's values), or a list of complete
+    configs. Any problem is one `TuneError` line naming the file.
+    """
+    source = Path(path)
+    try:
+        text = source.read_text()
+    except OSError as exc:
+        raise TuneError(f"cannot read search space {source}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if source.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        detail = str(exc).splitlines()[0]
+        raise TuneError(
+            f"search space {source} is not valid {source.suffix[1:] or 'YAML'}: {detail}"
+        ) from None
+    try:
+        candidates = _space_from_data(data)
+    except TuneError as exc:
+        raise TuneError(f"search space {source}: {exc}") from None
+    if not candidates:
+        raise TuneError(f"search space {source} holds no candidates")
+    return candidates
+
+
+def _space_from_data(data: Any) -> list[Candidate]:
+    if isinstance(data, list):
+        return sorted({Candidate.from_config(item) for item in data})
+    if not isinstance(data, dict):
+        raise TuneError(
+            "expected a mapping of parameter -> values or a list of configs, "
+            f"got {type(data).__name__}"
+        )
+    unknown = sorted(set(map(str, data)) - set(PARAM_NAMES))
+    if unknown:
+        raise TuneError(
+            f"unknown parameter(s) {', '.join(unknown)}; expected {', '.join(PARAM_NAMES)}"
+        )
+    values: dict[str, Sequence[int]] = {}
+    for name in PARAM_NAMES:
+        given = data.get(name, DEFAULT_VALUES[name])
+        given = given if isinstance(given, (list, tuple)) else [given]
+        if not given:
+            raise TuneError(f"{name} has an empty list of values")
+        values[name] = given
+    return grid(values)
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The device facts pruning needs."""
+
+    shared_memory_per_block: int  # bytes a block may opt in to (Triton's `max_shared_mem`)
+    num_sms: int
+    name: str
+
+    @classmethod
+    def h200(cls) -> DeviceLimits:
+        """NVIDIA H200 (Hopper, sm_90): 227 KiB opt-in shared memory per block, 132 SMs."""
+        return cls(shared_memory_per_block=232_448, num_sms=132, name="NVIDIA H200")
+
+    @classmethod
+    def from_torch(cls, device_index: int = 0) -> DeviceLimits:
+        """Read the limits of a visible CUDA device (imports torch)."""
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TuneError("no CUDA GPU is visible; cannot read the device's limits")
+        props = torch.cuda.get_device_properties(device_index)
+        shared = getattr(props, "shared_memory_per_block_optin", 0)
+        if not shared:
+            from triton.runtime import driver
+
+            shared = driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
+        return cls(
+            shared_memory_per_block=int(shared),
+            num_sms=int(props.multi_processor_count),
+            name=props.name,
+        )
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What `prune` kept, and how many each rule removed (in rule order)."""
+
+    kept: list[Candidate]
+    removed: dict[str, int]
+
+    @property
+    def total_removed(self) -> int:
+        return sum(self.removed.values())
+
+
+@dataclass(frozen=True)
+class PruneContext:
+    """Everything a rule may look at besides the candidates."""
+
+    problem: TuneProblem
+    batch_size: int
+    limits: DeviceLimits
+
+
+def shared_memory_lower_bound(candidate: Candidate, problem: TuneProblem) -> int:
+    """Bytes of shared memory the kernel's pipelined A and B tiles need, at least.
+
+    Triton's software pipeliner keeps several copies of each tile the loop
+    loads: on Hopper, Triton 3.9 compiled a plain tiled GEMM (offline, sm_90
+    target, whole default grid) to exactly ``num_stages`` buffers when it uses
+    wgmma (BLOCK_SIZE_M >= 64) and ``num_stages - 1`` when it falls back to
+    mma.sync (BLOCK_SIZE_M 16 or 32). This returns the smaller of the two, so
+    it never overstates what a candidate needs; the epilogue's scratch and the
+    scale tiles of quantized kernels only add to it.
+    """
+    a_bytes = ACT_BYTES[problem.dtype]
+    w_bytes = WEIGHT_BYTES[problem.dtype]
+    m, n, k = candidate.BLOCK_SIZE_M, candidate.BLOCK_SIZE_N, candidate.BLOCK_SIZE_K
+    per_stage = m * k * a_bytes + k * n * w_bytes
+    return max(candidate.num_stages - 1, 1) * per_stage
+
+
+def rule_block_quant(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """Block-quantized fp8: BLOCK_SIZE_K must divide the weight block's block_k.
+
+    Safety: the engines' kernel loads one activation and one weight scale per
+    K step (``k * BLOCK_SIZE_K // block_k``), so a K tile that straddles two
+    quantization blocks is scaled with the wrong factor: such a config computes
+    wrong numbers in vLLM and SGLang and can never be written. BLOCK_SIZE_N needs
+    no rule: weight scales are loaded per output column (``offs_n // block_n``),
+    correct for any tile width (vLLM's tuner also drops BLOCK_SIZE_N that do not
+    divide block_n; that is a narrowing, not a safety rule, so it is not done here).
+    """
+    if ctx.problem.block_shape is None:
+        return candidates
+    block_k = ctx.problem.block_shape[1]
+    return [c for c in candidates if block_k % c.BLOCK_SIZE_K == 0]
+
+
+def rule_shared_memory(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """Tiles whose pipelined buffers cannot fit the device's shared memory per block.
+
+    Safety: `shared_memory_lower_bound` never exceeds what Triton allocates, and
+    Triton refuses to launch (OutOfResources) a kernel needing more than the
+    device's opt-in limit, so every candidate removed here would fail.
+    """
+    limit = ctx.limits.shared_memory_per_block
+    return [c for c in candidates if shared_memory_lower_bound(c, ctx.problem) <= limit]
+
+
+def _keep_smallest_covering(
+    candidates: list[Candidate], param: str, covers: Callable[[Candidate], bool]
+) -> list[Candidate]:
+    """Among candidates equal except in `param`, drop those covering the problem but the smallest."""
+    smallest: dict[Candidate, int] = {}
+    for c in candidates:
+        if covers(c):
+            anchor = replace(c, **{param: 16})
+            smallest[anchor] = min(smallest.get(anchor, getattr(c, param)), getattr(c, param))
+    return [
+        c
+        for c in candidates
+        if not covers(c) or getattr(c, param) == smallest[replace(c, **{param: 16})]
+    ]
+
+
+def rule_block_m_covers_experts(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """BLOCK_SIZE_M at or above the batch size: keep only the smallest such tile.
+
+    An expert receives at most M token slots (each token picks an expert at
+    most once), so once BLOCK_SIZE_M >= M every expert that got tokens is
+    padded to exactly one block of rows, whatever the routing. Two candidates
+    equal but for such a BLOCK_SIZE_M read the same weights and the same
+    tokens through the same number of working programs; the larger tile only
+    multiplies more padding rows and holds more shared memory and registers.
+    The smallest tile >= M is kept, so the removed ones are dominated by it.
+    """
+    m = ctx.batch_size
+    return _keep_smallest_covering(candidates, "BLOCK_SIZE_M", lambda c: c.BLOCK_SIZE_M >= m)
+
+
+def rule_block_n_covers_width(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """BLOCK_SIZE_N at or above both GEMMs' output widths (2N and K): keep the smallest.
+
+    The same config runs the gate/up GEMM (2N outputs) and the down GEMM (K
+    outputs). A tile at least as wide as both gives one column of programs in
+    each; a wider one computes the same outputs with more masked lanes, more
+    MMA work and more shared memory. The smallest covering tile is kept.
+    """
+    width = max(ctx.problem.w1_width, ctx.problem.hidden_size)
+    return _keep_smallest_covering(candidates, "BLOCK_SIZE_N", lambda c: c.BLOCK_SIZE_N >= width)
+
+
+def rule_block_k_covers_depth(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """BLOCK_SIZE_K at or above both GEMMs' reduction depths (K and N): keep the smallest.
+
+    A tile that deep runs the K loop once in both GEMMs; a deeper one loads
+    the same (masked) data and multiplies more zeros. The smallest covering
+    tile is kept.
+    """
+    depth = max(ctx.problem.hidden_size, ctx.problem.intermediate_size)
+    return _keep_smallest_covering(candidates, "BLOCK_SIZE_K", lambda c: c.BLOCK_SIZE_K >= depth)
+
+
+def max_row_blocks(problem: TuneProblem, batch_size: int, block_size_m: int) -> int:
+    """An upper bound on the kernel grid's row blocks: ceil(M * top_k / BLOCK_SIZE_M) + E.
+
+    The aligned token list holds M * top_k slots plus at most BLOCK_SIZE_M - 1
+    padding slots per expert (vLLM, SGLang and moetune size it that way, then
+    round it up to whole blocks).
+    """
+    return -(-batch_size * problem.top_k // block_size_m) + problem.num_experts
+
+
+def rule_group_size_m_degenerate(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """GROUP_SIZE_M at or above the number of row blocks: keep the smallest such value.
+
+    The kernel maps a program id to a tile with the grouped ordering of
+    Triton's matmul tutorial. When GROUP_SIZE_M >= the number of row blocks
+    there is a single group and the mapping is ``pid_m = pid % num_pid_m,
+    pid_n = pid // num_pid_m`` for every such GROUP_SIZE_M: the candidates run
+    identical programs in an identical order, so keeping one loses nothing.
+    The bound on row blocks is `max_row_blocks` (an over-estimate only keeps more).
+    """
+    problem, m = ctx.problem, ctx.batch_size
+    return _keep_smallest_covering(
+        candidates,
+        "GROUP_SIZE_M",
+        lambda c: c.GROUP_SIZE_M >= max_row_blocks(problem, m, c.BLOCK_SIZE_M),
+    )
+
+
+Rule = Callable[[list[Candidate], PruneContext], list[Candidate]]
+
+# (name, rule) in the order they run; the names are the keys of PruneReport.removed.
+PRUNE_RULES: tuple[tuple[str, Rule], ...] = (
+    ("block_quant", rule_block_quant),
+    ("shared_memory", rule_shared_memory),
+    ("block_m_covers_experts", rule_block_m_covers_experts),
+    ("block_n_covers_width", rule_block_n_covers_width),
+    ("block_k_covers_depth", rule_block_k_covers_depth),
+    ("group_size_m_degenerate", rule_group_size_m_degenerate),
+)
+
+
+def prune(
+    candidates: Iterable[Candidate],
+    problem: TuneProblem,
+    batch_size: int,
+    limits: DeviceLimits,
+) -> PruneReport:
+    """Apply every rule in order; report what survived and what each rule removed."""
+    if batch_size < 1:
+        raise TuneError(f"batch size must be a positive integer, got {batch_size}")
+    kept = sorted(set(candidates))
+    ctx = PruneContext(problem=problem, batch_size=batch_size, limits=limits)
+    removed: dict[str, int] = {}
+    for name, rule in PRUNE_RULES:
+        survivors = rule(kept, ctx)
+        removed[name] = len(kept) - len(survivors)
+        kept = survivors
+    return PruneReport(kept=kept, removed=removed)
+
+
+def values_by_param(candidates: Iterable[Candidate]) -> dict[str, list[int]]:
+    """The sorted distinct values each parameter takes in `candidates`."""
+    seen: dict[str, set[int]] = defaultdict(set)
+    for c in candidates:
+        for f in fields(Candidate):
+            seen[f.name].add(getattr(c, f.name))
+    return {name: sorted(seen[name]) for name in PARAM_NAMES}

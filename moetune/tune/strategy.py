@@ -1,0 +1,277 @@
+"""Search strategies: which candidates to time, at which fidelity, and which one wins.
+
+Strategies talk to the GPU only through a `Measurer`, so they run on CPU in
+tests against a synthetic cost model. Two are offered:
+
+- `exhaustive_search` times every candidate at full fidelity (what vLLM's and
+  SGLang's tuners do).
+- `fast_search` (the default) times a small, well-chosen part of the space:
+
+  1. seed: the candidates `costmodel` ranks fastest, plus the best configs of
+     the nearest batch size already solved, timed at quick fidelity;
+  2. climb: from the few best so far, time every untimed neighbour (one
+     parameter one step up or down, or two tile/stage parameters in opposite
+     directions, which keeps shared memory about level) until the best few
+     stop changing;
+  3. decide: re-time the best quick results at full fidelity; the fastest wins.
+
+  Compiling dominates a candidate's cost on the GPU, so `SearchResult.timed`
+  counts distinct candidates; `measurements` also counts full re-timings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from moetune.errors import TuneError
+from moetune.tune.costmodel import rank_candidates
+from moetune.tune.problem import TuneProblem
+from moetune.tune.space import PARAM_NAMES, Candidate, DeviceLimits, values_by_param
+from moetune.tune.store import Measurement
+
+
+class Measurer(Protocol):
+    """Times candidates for one batch size; failures come back with status != "ok"."""
+
+    def measure(
+        self, batch_size: int, candidates: Sequence[Candidate], fidelity: str
+    ) -> dict[Candidate, Measurement]: ...
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The winner for one batch size and what finding it cost.
+
+    `timed` is the number of distinct candidates measured (any fidelity),
+    `measurements` the number of (candidate, fidelity) timings, `space_size`
+    the number of candidates the search could choose from.
+    """
+
+    batch_size: int
+    best: Measurement
+    timed: int
+    measurements: int = 0
+    space_size: int = 0
+
+
+@dataclass(frozen=True)
+class FastSearchOptions:
+    """Knobs of `fast_search`; the defaults time about 5-10 % of a pruned space."""
+
+    initial: int = 16  # model-ranked candidates timed first (at least) ...
+    initial_fraction: float = 0.01  # ... or this fraction of the space, if larger
+    seeds_per_neighbour: int = 4  # best configs of the nearest solved batch size re-timed here
+    starts: int = 3  # the climb explores around this many best-so-far candidates
+    max_climb_rounds: int = 10
+    finalists: int = 5  # best quick results re-timed at full fidelity (at least) ...
+    finalist_margin: float = 0.04  # ... and any within this fraction of the best quick one ...
+    max_finalists: int = 12  # ... up to this many
+    exhaustive_below: int = 40  # spaces this small are timed whole, at full fidelity
+
+    def __post_init__(self) -> None:
+        for name in ("initial", "starts", "max_climb_rounds", "finalists"):
+            if getattr(self, name) < 1:
+                raise TuneError(f"fast search option {name} must be at least 1")
+        if not 0.0 <= self.initial_fraction <= 1.0:
+            raise TuneError("fast search option initial_fraction must be within [0, 1]")
+
+
+SpaceFor = Callable[[int], list[Candidate]]
+OnResult = Callable[[SearchResult], None]
+
+
+class _Timings:
+    """Measurements of one batch size, asked of the measurer at most once per fidelity."""
+
+    def __init__(self, measurer: Measurer, batch_size: int) -> None:
+        self.measurer = measurer
+        self.batch_size = batch_size
+        self.by_fidelity: dict[str, dict[Candidate, Measurement]] = {"quick": {}, "full": {}}
+        self.asked: dict[str, set[Candidate]] = {"quick": set(), "full": set()}
+
+    def measure(self, candidates: Iterable[Candidate], fidelity: str) -> None:
+        todo = [c for c in dict.fromkeys(candidates) if c not in self.asked[fidelity]]
+        if not todo:
+            return
+        self.asked[fidelity].update(todo)
+        results = self.measurer.measure(self.batch_size, todo, fidelity)
+        self.by_fidelity[fidelity].update((c, m) for c, m in results.items() if c in set(todo))
+
+    def best(self, fidelity: str, count: int) -> list[Candidate]:
+        ok = [(m.latency_us, c) for c, m in self.by_fidelity[fidelity].items() if m.ok]
+        return [c for _, c in sorted(ok)[:count]]
+
+    def winner(self) -> Measurement | None:
+        ok = [m for m in self.by_fidelity["full"].values() if m.ok]
+        return min(ok, key=lambda m: (m.latency_us, m.candidate)) if ok else None
+
+    @property
+    def timed(self) -> int:
+        return len(self.asked["quick"] | self.asked["full"])
+
+    @property
+    def measurements(self) -> int:
+        return len(self.asked["quick"]) + len(self.asked["full"])
+
+
+def _result(timings: _Timings, space_size: int) -> SearchResult:
+    best = timings.winner()
+    if best is None:
+        raise TuneError(
+            f"no candidate ran at batch size {timings.batch_size}: all "
+            f"{timings.timed} timed candidates failed (see the results store for their errors)"
+        )
+    return SearchResult(
+        batch_size=timings.batch_size,
+        best=best,
+        timed=timings.timed,
+        measurements=timings.measurements,
+        space_size=space_size,
+    )
+
+
+def _space(space_for: SpaceFor, batch_size: int) -> list[Candidate]:
+    space = list(dict.fromkeys(space_for(batch_size)))
+    if not space:
+        raise TuneError(f"the search space is empty at batch size {batch_size}")
+    return space
+
+
+def exhaustive_search(
+    batch_sizes: Iterable[int],
+    space_for: SpaceFor,
+    measurer: Measurer,
+    on_result: OnResult | None = None,
+) -> dict[int, SearchResult]:
+    """Time every candidate of every batch size at full fidelity; the fastest wins."""
+    results: dict[int, SearchResult] = {}
+    for m in batch_sizes:
+        space = _space(space_for, m)
+        timings = _Timings(measurer, m)
+        timings.measure(space, "full")
+        results[m] = _result(timings, len(space))
+        if on_result is not None:
+            on_result(results[m])
+    return results
+
+
+def _steps(values: list[int], value: int) -> list[int]:
+    """The values one step below and above `value` in `values`."""
+    i = values.index(value)
+    return [values[j] for j in (i - 1, i + 1) if 0 <= j < len(values)]
+
+
+# Parameters that trade shared memory against each other: moved in opposite directions in pairs.
+_PAIRED = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_stages")
+
+
+def neighbours(
+    candidate: Candidate, values: dict[str, list[int]], space: set[Candidate]
+) -> list[Candidate]:
+    """Candidates of `space` one step away: one parameter up or down, or two paired ones opposite."""
+    found: list[Candidate] = []
+    for name in PARAM_NAMES:
+        for value in _steps(values[name], getattr(candidate, name)):
+            found.append(replace(candidate, **{name: value}))
+    for i, first in enumerate(_PAIRED):
+        for second in _PAIRED[i + 1 :]:
+            a, b = values[first], values[second]
+            ia, ib = a.index(getattr(candidate, first)), b.index(getattr(candidate, second))
+            for da in (-1, 1):
+                ja, jb = ia + da, ib - da
+                if 0 <= ja < len(a) and 0 <= jb < len(b):
+                    found.append(replace(candidate, **{first: a[ja], second: b[jb]}))
+    return [c for c in dict.fromkeys(found) if c in space]
+
+
+def _log_distance(a: Candidate, b: Candidate) -> float:
+    return sum(abs(math.log2(getattr(a, n)) - math.log2(getattr(b, n))) for n in PARAM_NAMES)
+
+
+def nearest_in_space(candidate: Candidate, space: Sequence[Candidate]) -> Candidate:
+    """`candidate` itself if in `space`, else the closest member (log2 distance per parameter)."""
+    if candidate in space:
+        return candidate
+    return min(space, key=lambda c: (_log_distance(candidate, c), c))
+
+
+def fast_search(
+    batch_sizes: Iterable[int],
+    space_for: SpaceFor,
+    measurer: Measurer,
+    problem: TuneProblem,
+    limits: DeviceLimits,
+    options: FastSearchOptions | None = None,
+    on_result: OnResult | None = None,
+) -> dict[int, SearchResult]:
+    """Find a near-best candidate per batch size while timing a small part of each space.
+
+    Batch sizes are solved in ascending order, each seeded with the best
+    configs of the previous one (neighbouring batch sizes have similar winners).
+    """
+    opts = options or FastSearchOptions()
+    results: dict[int, SearchResult] = {}
+    previous: list[Candidate] = []
+    for m in sorted(set(batch_sizes)):
+        space = _space(space_for, m)
+        timings = _Timings(measurer, m)
+        if len(space) <= opts.exhaustive_below:
+            timings.measure(space, "full")
+        else:
+            _fast_one(timings, space, previous, problem, limits, opts)
+        results[m] = _result(timings, len(space))
+        previous = timings.best("full", opts.seeds_per_neighbour)
+        previous += [
+            c for c in timings.best("quick", opts.seeds_per_neighbour) if c not in previous
+        ]
+        if on_result is not None:
+            on_result(results[m])
+    return results
+
+
+def _fast_one(
+    timings: _Timings,
+    space: list[Candidate],
+    seeds: list[Candidate],
+    problem: TuneProblem,
+    limits: DeviceLimits,
+    opts: FastSearchOptions,
+) -> None:
+    ranked = rank_candidates(problem, timings.batch_size, space, limits)
+    members = set(space)
+    values = values_by_param(space)
+
+    initial = max(opts.initial, math.ceil(opts.initial_fraction * len(space)))
+    pool = ranked[:initial] + [nearest_in_space(s, space) for s in seeds]
+    timings.measure(pool, "quick")
+    # Nothing ran yet (every early candidate failed): walk down the model's ranking.
+    next_index = initial
+    while not timings.best("quick", 1) and next_index < len(ranked):
+        timings.measure(ranked[next_index : next_index + initial], "quick")
+        next_index += initial
+
+    for _ in range(opts.max_climb_rounds):
+        frontier = timings.best("quick", opts.starts)
+        todo = [
+            n
+            for c in frontier
+            for n in neighbours(c, values, members)
+            if n not in timings.asked["quick"]
+        ]
+        if not todo:
+            break
+        timings.measure(todo, "quick")
+
+    ranked_quick = timings.best("quick", opts.max_finalists)
+    if not ranked_quick:
+        return  # every candidate failed; `_result` says so
+    cutoff = timings.by_fidelity["quick"][ranked_quick[0]].latency_us * (1 + opts.finalist_margin)
+    finalists = [
+        c
+        for i, c in enumerate(ranked_quick)
+        if i < opts.finalists or timings.by_fidelity["quick"][c].latency_us <= cutoff
+    ]
+    timings.measure(finalists, "full")
