@@ -34,7 +34,10 @@ def silu_and_mul_kernel(
     in_row = cols < N
     gate = tl.load(x_ptr + row * stride_xt + cols, mask=in_row, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * stride_xt + N + cols, mask=in_row, other=0.0).to(tl.float32)
-    result = gate / (1.0 + tl.exp(-gate)) * up
+    # sigmoid from exp(-|gate|), which never overflows
+    decay = tl.exp(-tl.abs(gate))
+    sigmoid = tl.where(gate >= 0, 1.0, decay) / (1.0 + decay)
+    result = gate * sigmoid * up
     tl.store(out_ptr + row * stride_ot + cols, result.to(out_ptr.dtype.element_ty), mask=in_row)
 
 
