@@ -80,7 +80,7 @@ def resolve(data: Any, path: Path | str) -> Any:
     """The value `path` names in `data`, or `MISSING`.
 
     Indexing a scalar returns the scalar: checkpoints write per-layer fields
-    (HunYuan's `moe_topk`) either as a list or as one number for all layers.
+    (a per-layer `moe_topk`) either as a list or as one number for all layers.
     """
     parsed = parse_path(path) if isinstance(path, str) else path
     value = data
