@@ -279,3 +279,22 @@ def test_to_yaml_dict_round_trips_through_the_schema(write):
 def test_json_mappings_file(write):
     path = write(json.dumps(yaml.safe_load(MINIMAL_ENTRY)), "mappings.json")
     assert load_registry(path).names()[0] == "foo_moe"
+
+
+def test_no_architecture_names_in_the_python_code():
+    """Architectures live in moe_mappings.yaml only: no Python branch may name one."""
+    registry = load_registry()
+    architectures = {name for entry in registry.entries for name in entry.architectures}
+    quoted_model_types = {
+        f"{quote}{name}{quote}"
+        for entry in registry.entries
+        for name in entry.model_types
+        for quote in "\"'"
+    }
+    offenders = []
+    for path in sorted((ROOT / "moetune").rglob("*.py")):
+        source = path.read_text()
+        offenders += [
+            f"{path.name}: {name}" for name in architectures | quoted_model_types if name in source
+        ]
+    assert offenders == []
