@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from moetune.extract.evaluate import extract_shape
 from moetune.extract.mappings import load_registry
@@ -694,3 +695,33 @@ def test_configs_saved_by_installed_transformers_resolve_without_defaults(regist
             assert from_defaults == [], (model_type, from_defaults)
             checked.append(model_type)
     assert len(checked) >= 30
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(CATALOG.glob("*.json")) + sorted(FIXTURES.glob("*.json")),
+    ids=lambda p: p.name,
+)
+def test_generic_fallback_alone_guesses_the_kernel_shape(path, registry, tmp_path):
+    """With only the `generic` entry, every test config still gives the right E, top-k, N and K.
+
+    The guess is what a brand-new model gets before anyone writes its entry;
+    literal defaults (a shared-expert count the config does not state) cannot be guessed.
+    """
+    fallback = registry.fallback.to_yaml_dict()
+    common = {"dtype": ["torch_dtype", "dtype", "/torch_dtype", "/dtype"]}
+    mappings = tmp_path / "generic.yaml"
+    mappings.write_text(
+        yaml.safe_dump({"version": 1, "common_params": common, "entries": [fallback]})
+    )
+    config = json.loads(path.read_text())
+    guessed = extract_shape(config, load_registry(str(mappings), replace=True))
+    known = extract_shape(config, registry).shape
+    assert guessed.guessed
+    shape = guessed.shape
+    assert (shape.num_experts, shape.top_k, shape.intermediate_size, shape.expert_hidden_size) == (
+        known.num_experts,
+        known.top_k,
+        known.intermediate_size,
+        known.expert_hidden_size,
+    )
