@@ -217,30 +217,50 @@ class MappingsFile:
     common_params: dict[str, tuple[Alternative, ...]] = field(default_factory=dict)
 
 
-def _read(path: str) -> tuple[str, Any, list[str]]:
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _read(path: str) -> tuple[Any, Any, list[str]]:
+    """(YAML node tree, data, problems) of a mappings file; the node tree gives line numbers."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        return "", None, [f"{path}: cannot read mappings file ({exc.strerror or exc})"]
+        return None, None, [f"{path}: cannot read mappings file ({exc.strerror or exc})"]
+    loader = _LOADER(text)
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f", line {mark.line + 1}" if mark is not None else ""
         problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        return text, None, [f"{path}{where}: malformed YAML ({problem})"]
+        return None, None, [f"{path}{where}: malformed YAML ({problem})"]
     except yaml.YAMLError as exc:
-        return text, None, [f"{path}: malformed YAML ({exc})"]
-    return text, data, []
+        return None, None, [f"{path}: malformed YAML ({exc})"]
+    finally:
+        loader.dispose()
+    return node, data, [f"{path}, {problem}" for problem in _duplicate_keys(node)]
 
 
-def _line_of(text: str, location: list[Any]) -> int | None:
+def _duplicate_keys(node: Any) -> list[str]:
+    """YAML silently keeps the last of two equal keys; a mappings file must not have any."""
+    problems = []
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key, value in node.value:
+            if key.value in seen:
+                problems.append(f"line {key.start_mark.line + 1}: duplicate key {key.value!r}")
+            seen.add(key.value)
+            problems += _duplicate_keys(value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            problems += _duplicate_keys(item)
+    return problems
+
+
+def _line_of(node: Any, location: list[Any]) -> int | None:
     """The 1-based line of the YAML node at `location` (keys and indices)."""
-    try:
-        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
-        return None
     for step in location:
         if isinstance(node, yaml.MappingNode):
             node = next((v for k, v in node.value if k.value == step), None)
@@ -288,12 +308,12 @@ def _most_specific(error: Any) -> Any:
     return error
 
 
-def _schema_problems(path: str, text: str, data: Any) -> list[str]:
+def _schema_problems(path: str, node: Any, data: Any) -> list[str]:
     """Schema violations as 'FILE, line N: entry X, field Y: expected ..., got ...', by line."""
     problems = []
     for error in map(_most_specific, _validator().iter_errors(data)):
         location = list(error.absolute_path)
-        line = _line_of(text, location)
+        line = _line_of(node, location)
         if error.validator == "required":
             absent = [name for name in error.validator_value if name not in error.instance]
             message = f"{_where(path, line, data, location + absent[:1])}: missing (required)"
@@ -381,10 +401,10 @@ def _parse(path: str, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
 
 
 def _check(path: str) -> tuple[MappingsFile | None, list[str]]:
-    text, data, problems = _read(path)
+    node, data, problems = _read(path)
     if problems:
         return None, problems
-    problems = _schema_problems(path, text, data)
+    problems = _schema_problems(path, node, data)
     if problems:
         return None, problems
     return _parse(path, data)

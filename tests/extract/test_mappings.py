@@ -298,3 +298,8 @@ def test_no_architecture_names_in_the_python_code():
             f"{path.name}: {name}" for name in architectures | quoted_model_types if name in source
         ]
     assert offenders == []
+
+
+def test_duplicate_keys_are_refused_not_silently_dropped(write):
+    path = write(MINIMAL_ENTRY.replace("      top_k: k\n", "      top_k: k\n      top_k: kk\n"))
+    assert validate_file(path) == [f"{path}, line 9: duplicate key 'top_k'"]
