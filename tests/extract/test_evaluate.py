@@ -230,3 +230,46 @@ def test_config_without_any_identity(registry):
         "unknown architecture (config has no architectures or model_type): the generic guess found no "
         "num_experts, top_k, intermediate_size;"
     )
+
+
+def test_gpt_oss_alternative_top_k_field(registry):
+    # gpt-oss's raw file carries both num_experts_per_tok and experts_per_token; either is enough
+    config = {
+        "architectures": ["GptOssForCausalLM"],
+        "num_local_experts": 32,
+        "experts_per_token": 4,
+        "intermediate_size": 2880,
+        "hidden_size": 2880,
+    }
+    extraction = extract_shape(config, registry)
+    assert extraction.shape.top_k == 4
+    assert extraction.sources["top_k"] == "experts_per_token"
+
+
+def test_quantization_from_text_config_or_top_level(registry):
+    text = {
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+        "hidden_size": 2048,
+    }
+    quant = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    top = {
+        "architectures": ["Qwen3VLMoeForConditionalGeneration"],
+        "text_config": text,
+        "quantization_config": quant,
+    }
+    inner = {
+        "architectures": top["architectures"],
+        "text_config": {**text, "quantization_config": quant},
+    }
+    for config, source in (
+        (top, "quantization_config.weight_block_size"),
+        (inner, "text_config.quantization_config.weight_block_size"),
+    ):
+        extraction = extract_shape(config, registry)
+        assert (extraction.shape.quant_method, extraction.shape.weight_block_size) == (
+            "fp8",
+            (128, 128),
+        )
+        assert extraction.sources["weight_block_size"] == source
