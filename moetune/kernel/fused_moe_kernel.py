@@ -79,6 +79,15 @@ def _round_to_bf16_grid(x):
 
 
 @triton.jit
+def _store_tile(c_ptr, tile, offs_token, token_mask, offs_cn, N, stride_cm, stride_cn):
+    # The output pointers are built only here, after the K loop: a BLOCK_SIZE_M x
+    # BLOCK_SIZE_N tile of 64-bit pointers kept live across the loop costs
+    # registers the pipelined loads need.
+    c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, tile, mask=token_mask[:, None] & (offs_cn[None, :] < N))
+
+
+@triton.jit
 def fused_moe_kernel(
     # Pointers to matrices
     a_ptr,
@@ -144,13 +153,12 @@ def fused_moe_kernel(
     offs_token = tl.load(sorted_token_ids_ptr + offs_token_id).to(tl.int64)
     token_mask = offs_token < num_slots
     offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N).to(tl.int64)
-    c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_cn[None, :]
-    c_mask = token_mask[:, None] & (offs_cn[None, :] < N)
 
     expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     if expert == -1:
         # A block of slots routed to no local expert: they contribute nothing.
-        tl.store(c_ptrs, tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=COMPUTE_TYPE), mask=c_mask)
+        zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=COMPUTE_TYPE)
+        _store_tile(c_ptr, zeros, offs_token, token_mask, offs_cn, N, stride_cm, stride_cn)
         return
 
     # Out-of-range weight columns wrap around instead of being masked: their
@@ -204,11 +212,22 @@ def fused_moe_kernel(
         accumulator = accumulator * (a_scale * w_scale)
     if INTERPRETER_BF16:
         accumulator = _round_to_bf16_grid(accumulator)
-    tl.store(c_ptrs, accumulator.to(COMPUTE_TYPE), mask=c_mask)
+    _store_tile(
+        c_ptr,
+        accumulator.to(COMPUTE_TYPE),
+        offs_token,
+        token_mask,
+        offs_cn,
+        N,
+        stride_cm,
+        stride_cn,
+    )
 
 
-def check_config(config: dict, block_shape: tuple[int, int] | None = None) -> None:
-    """Raise `MoetuneError` unless `config` is a usable kernel config for `block_shape`."""
+def check_config(
+    config: dict, block_shape: tuple[int, int] | None = None, quant_dtype: str | None = None
+) -> None:
+    """Raise `MoetuneError` unless `config` is a usable kernel config for the quantization."""
     missing = [key for key in CONFIG_KEYS if key not in config]
     if missing:
         raise MoetuneError(f"kernel config {config} lacks {', '.join(missing)}")
@@ -222,6 +241,10 @@ def check_config(config: dict, block_shape: tuple[int, int] | None = None) -> No
     if config["BLOCK_SIZE_M"] < 16 or config["BLOCK_SIZE_N"] < 16 or config["BLOCK_SIZE_K"] < 16:
         raise MoetuneError(
             "kernel config BLOCK_SIZE_M, BLOCK_SIZE_N and BLOCK_SIZE_K must be at least 16 (tl.dot)"
+        )
+    if quant_dtype == "fp8_w8a8" and config["BLOCK_SIZE_K"] < 32:
+        raise MoetuneError(
+            "fp8_w8a8 needs BLOCK_SIZE_K >= 32: Hopper's fp8 tensor-core dot reduces over 32"
         )
     if block_shape is not None and block_shape[1] % config["BLOCK_SIZE_K"]:
         raise MoetuneError(
@@ -260,7 +283,7 @@ def invoke_fused_moe_gemm(
     """
     import torch
 
-    check_config(config, block_shape)
+    check_config(config, block_shape, quant_dtype)
     if quant_dtype is not None and quant_dtype not in QUANT_DTYPES:
         raise MoetuneError(
             f"unknown quantization {quant_dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
@@ -325,7 +348,9 @@ def invoke_fused_moe_gemm(
         w_scale_strides = (w_scale.stride(0), w_scale.stride(1), 0)
 
     compute_type = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
-    em = sorted_token_ids.shape[0]
+    # Every used row-block holds at least one slot, so at most num_slots blocks are
+    # used whatever the static bound of the alignment: a smaller grid at small M.
+    em = min(sorted_token_ids.shape[0], num_slots * config["BLOCK_SIZE_M"])
     grid = (triton.cdiv(em, config["BLOCK_SIZE_M"]) * triton.cdiv(n, config["BLOCK_SIZE_N"]),)
     fused_moe_kernel[grid](
         a,

@@ -151,7 +151,11 @@ def test_real_shapes(name, E, top_k, K, N, dtype, block_shape, M):
     args = (problem.x, problem.w1, problem.w2, problem.router_logits, problem.top_k)
     out = fused_moe(*args, quant=problem.quant)
     ref = naive_fused_moe(*args, quant=problem.quant)
-    tol = 1e-3 if dtype == "fp16" else 2e-2
+    # Per-tensor fp8 takes one scale from the whole intermediate's max: where kernel and
+    # reference round that one element differently, every value is quantized with a
+    # slightly different scale, so only fp8's own noise (~2% rel. RMS) can be asked
+    # for (measured on the H200: 2.0e-2 at M=4096, 2.4e-3 at M=1).
+    tol = {"fp16": 1e-3, "fp8_w8a8": 2e-2 if block_shape else 5e-2}.get(dtype, 2e-2)
     result = assert_close(f"{name} {dtype} M={M}", ref, out, tol)
     print(f"{name} {dtype} M={M}: {result}")
 
