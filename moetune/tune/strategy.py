@@ -66,9 +66,9 @@ class FastSearchOptions:
     seeds_per_neighbour: int = 4  # best configs of the nearest solved batch size re-timed here
     starts: int = 3  # the climb explores around this many best-so-far candidates
     max_climb_rounds: int = 10
-    finalists: int = 5  # best quick results re-timed at full fidelity (at least) ...
-    finalist_margin: float = 0.04  # ... and any within this fraction of the best quick one ...
-    max_finalists: int = 12  # ... up to this many
+    finalists: int = 8  # best quick results re-timed at full fidelity (at least) ...
+    finalist_margin: float = 0.05  # ... and any within this fraction of the best quick one ...
+    max_finalists: int = 16  # ... up to this many
     exhaustive_below: int = 40  # spaces this small are timed whole, at full fidelity
 
     def __post_init__(self) -> None:
@@ -158,12 +158,6 @@ def exhaustive_search(
     return results
 
 
-def _steps(values: list[int], value: int) -> list[int]:
-    """The values one step below and above `value` in `values`."""
-    i = values.index(value)
-    return [values[j] for j in (i - 1, i + 1) if 0 <= j < len(values)]
-
-
 # Parameters that trade shared memory against each other: moved in opposite directions in pairs.
 _PAIRED = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_stages")
 
@@ -171,11 +165,18 @@ _PAIRED = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_stages")
 def neighbours(
     candidate: Candidate, values: dict[str, list[int]], space: set[Candidate]
 ) -> list[Candidate]:
-    """Candidates of `space` one step away: one parameter up or down, or two paired ones opposite."""
+    """Candidates of `space` one move away from `candidate`.
+
+    A move sets one parameter to any other value (tile quantization makes
+    latency jump, not slope, along BLOCK_SIZE_M: a tile that divides the tokens
+    per expert can beat both its neighbours), or moves two paired parameters
+    one step in opposite directions (keeping shared memory about level).
+    """
     found: list[Candidate] = []
     for name in PARAM_NAMES:
-        for value in _steps(values[name], getattr(candidate, name)):
-            found.append(replace(candidate, **{name: value}))
+        for value in values[name]:
+            if value != getattr(candidate, name):
+                found.append(replace(candidate, **{name: value}))
     for i, first in enumerate(_PAIRED):
         for second in _PAIRED[i + 1 :]:
             a, b = values[first], values[second]
@@ -210,68 +211,112 @@ def fast_search(
     """Find a near-best candidate per batch size while timing a small part of each space.
 
     Batch sizes are solved in ascending order, each seeded with the best
-    configs of the previous one (neighbouring batch sizes have similar winners).
+    configs of the one below (neighbouring batch sizes have similar winners);
+    then, in descending order, each is offered the best configs of the one
+    above, climbing again from any that beats its best so far. `on_result`
+    is called as each batch size's result becomes final (the largest first).
     """
     opts = options or FastSearchOptions()
-    results: dict[int, SearchResult] = {}
+    order = sorted(set(batch_sizes))
+    spaces = {m: _space(space_for, m) for m in order}
+    timings = {m: _Timings(measurer, m) for m in order}
+    searches = {
+        m: _Search(timings[m], spaces[m], problem, limits, opts)
+        for m in order
+        if len(spaces[m]) > opts.exhaustive_below
+    }
+
     previous: list[Candidate] = []
-    for m in sorted(set(batch_sizes)):
-        space = _space(space_for, m)
-        timings = _Timings(measurer, m)
-        if len(space) <= opts.exhaustive_below:
-            timings.measure(space, "full")
+    for m in order:
+        if m in searches:
+            searches[m].start(previous)
         else:
-            _fast_one(timings, space, previous, problem, limits, opts)
-        results[m] = _result(timings, len(space))
-        previous = timings.best("full", opts.seeds_per_neighbour)
-        previous += [
-            c for c in timings.best("quick", opts.seeds_per_neighbour) if c not in previous
-        ]
+            timings[m].measure(spaces[m], "full")
+        previous = _leaders(timings[m], opts.seeds_per_neighbour)
+
+    results: dict[int, SearchResult] = {}
+    following: list[Candidate] = []
+    for m in reversed(order):
+        if m in searches and following:
+            searches[m].refine(following)
+        results[m] = _result(timings[m], len(spaces[m]))
+        following = _leaders(timings[m], opts.seeds_per_neighbour)
         if on_result is not None:
             on_result(results[m])
-    return results
+    return {m: results[m] for m in order}
 
 
-def _fast_one(
-    timings: _Timings,
-    space: list[Candidate],
-    seeds: list[Candidate],
-    problem: TuneProblem,
-    limits: DeviceLimits,
-    opts: FastSearchOptions,
-) -> None:
-    ranked = rank_candidates(problem, timings.batch_size, space, limits)
-    members = set(space)
-    values = values_by_param(space)
+def _leaders(timings: _Timings, count: int) -> list[Candidate]:
+    """The best full-fidelity candidates, then the best quick ones, `count` of each at most."""
+    leaders = timings.best("full", count)
+    return leaders + [c for c in timings.best("quick", count) if c not in leaders]
 
-    initial = max(opts.initial, math.ceil(opts.initial_fraction * len(space)))
-    pool = ranked[:initial] + [nearest_in_space(s, space) for s in seeds]
-    timings.measure(pool, "quick")
-    # Nothing ran yet (every early candidate failed): walk down the model's ranking.
-    next_index = initial
-    while not timings.best("quick", 1) and next_index < len(ranked):
-        timings.measure(ranked[next_index : next_index + initial], "quick")
-        next_index += initial
 
-    for _ in range(opts.max_climb_rounds):
-        frontier = timings.best("quick", opts.starts)
-        todo = [
-            n
-            for c in frontier
-            for n in neighbours(c, values, members)
-            if n not in timings.asked["quick"]
+class _Search:
+    """Fast search at one batch size: seed, climb, decide; `refine` re-opens it with new seeds."""
+
+    def __init__(
+        self,
+        timings: _Timings,
+        space: list[Candidate],
+        problem: TuneProblem,
+        limits: DeviceLimits,
+        opts: FastSearchOptions,
+    ) -> None:
+        self.timings = timings
+        self.space = space
+        self.problem = problem
+        self.limits = limits
+        self.opts = opts
+        self.members = set(space)
+        self.values = values_by_param(space)
+
+    def start(self, seeds: list[Candidate]) -> None:
+        timings, opts = self.timings, self.opts
+        ranked = rank_candidates(self.problem, timings.batch_size, self.space, self.limits)
+        initial = max(opts.initial, math.ceil(opts.initial_fraction * len(ranked)))
+        pool = ranked[:initial] + [nearest_in_space(s, self.space) for s in seeds]
+        timings.measure(pool, "quick")
+        # Nothing ran yet (every early candidate failed): walk down the model's ranking.
+        next_index = initial
+        while not timings.best("quick", 1) and next_index < len(ranked):
+            timings.measure(ranked[next_index : next_index + initial], "quick")
+            next_index += initial
+        self._climb()
+        self._decide()
+
+    def refine(self, seeds: list[Candidate]) -> None:
+        timings = self.timings
+        before = timings.best("quick", 1)
+        timings.measure([nearest_in_space(s, self.space) for s in seeds], "quick")
+        if timings.best("quick", 1) != before:
+            self._climb()
+            self._decide()
+
+    def _climb(self) -> None:
+        timings = self.timings
+        for _ in range(self.opts.max_climb_rounds):
+            frontier = timings.best("quick", self.opts.starts)
+            todo = [
+                n
+                for c in frontier
+                for n in neighbours(c, self.values, self.members)
+                if n not in timings.asked["quick"]
+            ]
+            if not todo:
+                break
+            timings.measure(todo, "quick")
+
+    def _decide(self) -> None:
+        timings, opts = self.timings, self.opts
+        ranked_quick = timings.best("quick", opts.max_finalists)
+        if not ranked_quick:
+            return  # every candidate failed; `_result` says so
+        quick = timings.by_fidelity["quick"]
+        cutoff = quick[ranked_quick[0]].latency_us * (1 + opts.finalist_margin)
+        finalists = [
+            c
+            for i, c in enumerate(ranked_quick)
+            if i < opts.finalists or quick[c].latency_us <= cutoff
         ]
-        if not todo:
-            break
-        timings.measure(todo, "quick")
-
-    ranked_quick = timings.best("quick", opts.max_finalists)
-    if not ranked_quick:
-        return  # every candidate failed; `_result` says so
-    cutoff = timings.by_fidelity["quick"][ranked_quick[0]].latency_us * (1 + opts.finalist_margin)
-    finalists = [
-        c
-        for i, c in enumerate(ranked_quick)
-        if i < opts.finalists or timings.by_fidelity["quick"][c].latency_us <= cutoff
-    ]
-    timings.measure(finalists, "full")
+        timings.measure(finalists, "full")
