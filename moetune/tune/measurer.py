@@ -7,10 +7,11 @@ measurement is appended to the store the moment it comes back. A killed run
 therefore loses at most the candidates in flight, and rerunning the same
 command measures only what is missing.
 
-When the backend has compile workers, candidates not yet compiled at this
-batch size first go through a "warm" pass in parallel; a candidate that fails
-there (compile error, out of resources, crash) is recorded with that status
-and never reaches the timer.
+When the backend has compile workers, each candidate not yet compiled at
+this batch size goes to a warmer first and to the timer the moment it is
+compiled, so compiling (many processes) and timing (one per GPU) overlap. A
+candidate the compiler rejects (compile error, out of resources) is recorded
+with that status and never reaches the timer.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from typing import Any, Protocol
 
 from moetune import __version__
 from moetune.tune.store import Measurement, ResultStore
-from moetune.tune.worker import Outcome, WorkUnit
+from moetune.tune.worker import FollowUp, Outcome, WorkUnit
 
 DEFAULT_CHUNK = 16
+# Failures a warmer's compile pass settles for good (deterministic). Anything else a
+# warmer hits (a crash, a hang, an error outside the compiler) is left to the timer.
+FINAL_WARM_FAILURES = ("compile_error", "out_of_resources")
 
 
 class Backend(Protocol):
@@ -37,7 +41,9 @@ class Backend(Protocol):
     @property
     def parallelism(self) -> int: ...
 
-    def run(self, units: Iterable[WorkUnit]) -> Iterator[tuple[WorkUnit, Outcome]]: ...
+    def run(
+        self, units: Iterable[WorkUnit], then: FollowUp | None = None
+    ) -> Iterator[tuple[WorkUnit, Outcome]]: ...
 
     def measure_ceilings(self) -> Any: ...
 
@@ -114,12 +120,33 @@ class StoreMeasurer:
                 self.on_measurement(stored, True)
         if not missing:
             return results
+        cold = []
         if self.backend.compile_workers:
-            missing = self._warm(batch_size, missing, fidelity, results)
-        units = self._units(batch_size, missing, fidelity)
-        for unit, outcome in self.backend.run(units):
+            cold = [c for c in missing if (batch_size, c) not in self.warmed]
+        warm_set = set(cold)
+        units = [WorkUnit(self.context.problem, batch_size, (c,), "warm") for c in cold]
+        units += self._units(batch_size, [c for c in missing if c not in warm_set], fidelity)
+
+        def then(unit: WorkUnit, outcomes: list[Outcome]) -> list[WorkUnit]:
+            """Time what a warmer compiled, as soon as it has compiled it."""
+            if unit.mode != "warm":
+                return []
+            ready = [o.candidate for o in outcomes if o.status not in FINAL_WARM_FAILURES]
+            return self._units(batch_size, ready, fidelity) if ready else []
+
+        started = time.perf_counter()
+        for unit, outcome in self.backend.run(units, then=then):
+            if unit.mode == "warm":
+                self.warmed[(batch_size, outcome.candidate)] = outcome.compile_s
+                self.warm_count += 1
+                self.warm_compile_s += outcome.compile_s or 0.0
+                if outcome.status in FINAL_WARM_FAILURES:
+                    results[outcome.candidate] = self._record(unit, outcome, fidelity, None)
+                continue
             compile_s = self.warmed.get((batch_size, outcome.candidate))
             results[outcome.candidate] = self._record(unit, outcome, fidelity, compile_s)
+        if cold:
+            self.warm_wall_s += time.perf_counter() - started
         return results
 
     def _units(self, batch_size: int, candidates: list[Any], mode: str) -> list[WorkUnit]:
@@ -132,28 +159,6 @@ class StoreMeasurer:
             WorkUnit(self.context.problem, batch_size, tuple(candidates[i : i + size]), mode)
             for i in range(0, len(candidates), size)
         ]
-
-    def _warm(
-        self, batch_size: int, candidates: list[Any], fidelity: str, results: dict
-    ) -> list[Any]:
-        cold = [c for c in candidates if (batch_size, c) not in self.warmed]
-        failed = set()
-        if cold:
-            size = max(1, math.ceil(len(cold) / self.backend.compile_workers))
-            units = [
-                WorkUnit(self.context.problem, batch_size, tuple(cold[i : i + size]), "warm")
-                for i in range(0, len(cold), size)
-            ]
-            started = time.perf_counter()
-            for unit, outcome in self.backend.run(units):
-                self.warmed[(batch_size, outcome.candidate)] = outcome.compile_s
-                self.warm_count += 1
-                self.warm_compile_s += outcome.compile_s or 0.0
-                if outcome.status != "ok":
-                    failed.add(outcome.candidate)
-                    results[outcome.candidate] = self._record(unit, outcome, fidelity, None)
-            self.warm_wall_s += time.perf_counter() - started
-        return [c for c in candidates if c not in failed]
 
     def _record(
         self, unit: WorkUnit, outcome: Outcome, fidelity: str, compile_s: float | None

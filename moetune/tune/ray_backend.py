@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from moetune.errors import TuneError
-from moetune.tune.worker import DEFAULT_TIMEOUT_S, Outcome, WorkerPool, WorkUnit
+from moetune.tune.worker import DEFAULT_TIMEOUT_S, FollowUp, Outcome, WorkerPool, WorkUnit
 
 
 def _import_ray() -> Any:
@@ -79,7 +79,9 @@ class RayBackend:
     def parallelism(self) -> int:
         return len(self.actors)
 
-    def run(self, units: Iterable[WorkUnit]) -> Iterator[tuple[WorkUnit, Outcome]]:
+    def run(
+        self, units: Iterable[WorkUnit], then: FollowUp | None = None
+    ) -> Iterator[tuple[WorkUnit, Outcome]]:
         queue = deque(units)
         idle = deque(self.actors)
         running: dict[Any, tuple[Any, WorkUnit]] = {}
@@ -91,8 +93,11 @@ class RayBackend:
             for ref in ready:
                 actor, unit = running.pop(ref)
                 idle.append(actor)
-                for outcome in self.ray.get(ref):
+                outcomes = self.ray.get(ref)
+                for outcome in outcomes:
                     yield unit, outcome
+                if then is not None:
+                    queue.extend(then(unit, outcomes))
 
     def measure_ceilings(self) -> Any:
         return self.ray.get(self.actors[0].ceilings.remote())

@@ -22,8 +22,8 @@ Every `recycle_after` candidates a worker is replaced, so compiled kernels and
 CUDA graphs never pile up over thousands of candidates.
 
 ``MOETUNE_TEST_FAULTS`` injects faults for tests: ``kind:FIELD=V[,FIELD=V]``
-items separated by ``;``, kind one of ``raise``, ``crash``, ``hang``, ``cuda``
-(a simulated CUDA error) or ``wrong`` (a verification gets a wrong output).
+items separated by ``;``, kind one of ``raise``, ``compile`` (a compiler error), ``crash``, ``hang``,
+``cuda`` (a simulated CUDA error) or ``wrong`` (a verification gets a wrong output).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import multiprocessing.connection
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -127,6 +127,10 @@ def poisons_context(exc: BaseException) -> bool:
     )
 
 
+class CompilationError(Exception):
+    """The injected ``compile`` fault; named like Triton's so it classifies the same."""
+
+
 # ---------------------------------------------------------------------------
 # The worker process
 # ---------------------------------------------------------------------------
@@ -176,6 +180,8 @@ def _inject(faults: list[Fault], candidate: Any, mode: str) -> bool:
             os._exit(11)
         if fault.kind == "hang":
             time.sleep(3600)
+        if fault.kind == "compile":
+            raise CompilationError(f"injected compile error for {candidate}")
         if fault.kind == "cuda":
             raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
         if fault.kind == "wrong" and mode == "verify":
@@ -219,10 +225,40 @@ def _measure(unit: WorkUnit, candidate: Any, inputs: _Inputs, faults: list[Fault
     )
 
 
-def worker_main(conn: Any, device: str | None) -> None:
+def enable_compile_only() -> bool:
+    """Make every Triton launch in this process compile (and load) the kernel without running it.
+
+    Used by warmer processes: they fill Triton's on-disk cache, and loading the
+    binary still raises ``OutOfResources`` for a config that does not fit, but
+    nothing runs on the GPU, so a timing in another process is never disturbed.
+    Outputs of launches are then garbage, which a warmer never reads. False
+    when Triton is in interpreter mode or its launcher is not the expected one.
+    """
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return False
+    launch = JITFunction.run
+
+    def compile_and_load(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        kernel = launch(self, *args, grid=grid, warmup=True, **kwargs)
+        load = getattr(kernel, "_init_handles", None)
+        if load is not None:
+            load()
+        return kernel
+
+    JITFunction.run = compile_and_load
+    return True
+
+
+def worker_main(conn: Any, device: str | None, compile_only: bool = False) -> None:
     """Entry point of a worker process: measure the units the pool sends, until told to stop."""
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
+    if compile_only:
+        enable_compile_only()
     faults = parse_faults(os.environ.get(FAULTS_ENV, ""))
     inputs = _Inputs()
     while True:
@@ -271,14 +307,27 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+class _Job:
+    """A unit on its way through the pool: what is left of it and what came back so far."""
+
+    def __init__(self, unit: WorkUnit) -> None:
+        self.origin = unit
+        self.unit = unit
+        self.outcomes: list[Outcome] = []
+
+    @property
+    def finished(self) -> bool:
+        return len(self.outcomes) == len(self.origin.candidates)
+
+
 class _Worker:
-    """One worker process as the pool sees it: the unit it holds and how far it got."""
+    """One worker process as the pool sees it: the job it holds and how far it got."""
 
     def __init__(self, ctx: Any, device: str | None, role: str, pool: WorkerPool) -> None:
         self.ctx, self.device, self.role, self.pool = ctx, device, role, pool
         self.process: Any = None
         self.conn: Any = None
-        self.unit: WorkUnit | None = None
+        self.job: _Job | None = None
         self.done: set[int] = set()
         self.in_flight: int | None = None
         self.deadline = 0.0
@@ -289,7 +338,10 @@ class _Worker:
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(
-            target=worker_main, args=(child, self.device), daemon=True, name=f"moetune-{self.role}"
+            target=worker_main,
+            args=(child, self.device, self.role == "warmer"),
+            daemon=True,
+            name=f"moetune-{self.role}",
         )
         self.process.start()
         child.close()
@@ -310,13 +362,13 @@ class _Worker:
         self.conn.close()
         self.process, self.conn = None, None
 
-    def assign(self, unit: WorkUnit) -> None:
+    def assign(self, job: _Job) -> None:
         if self.process is None:
             self.start()
-        self.unit, self.done, self.in_flight = unit, set(), None
+        self.job, self.done, self.in_flight = job, set(), None
         wait = self.pool.startup_timeout_s if self.fresh else self.pool.timeout_s
         self.deadline = time.monotonic() + wait
-        self.conn.send(unit)
+        self.conn.send(job.unit)
 
     def request(self, message: str) -> Any:
         if self.process is None:
@@ -328,11 +380,11 @@ class _Worker:
     def waitables(self) -> list[Any]:
         return [self.conn, self.process.sentinel]
 
-    def poll(self) -> tuple[list[tuple[WorkUnit, Outcome]], WorkUnit | None]:
-        """Read what the process said; return finished outcomes and a unit to requeue."""
-        unit = self.unit
-        assert unit is not None
-        results: list[tuple[WorkUnit, Outcome]] = []
+    def poll(self) -> tuple[list[Outcome], bool]:
+        """Read what the process said: new outcomes, and whether the job must be requeued."""
+        job = self.job
+        assert job is not None
+        outcomes: list[Outcome] = []
         try:
             while self.conn.poll():
                 message = self.conn.recv()
@@ -341,15 +393,15 @@ class _Worker:
                     self.in_flight, self.fresh = message[1], False
                     self.deadline = now + self.pool.timeout_s
                 elif message[0] == "result":
-                    results.append((unit, message[2]))
+                    outcomes.append(message[2])
                     self.done.add(message[1])
                     self.in_flight, self.measured = None, self.measured + 1
                     self.deadline = now + self.pool.timeout_s
                 elif message[0] == "done":
-                    self.unit, self.failed_starts = None, 0
+                    self.job, self.failed_starts = None, 0
                     if self.measured >= self.pool.recycle_after:
                         self.stop()
-                    return results, None
+                    return outcomes, False
         except (EOFError, OSError):
             pass  # the process died mid-message; handled below
         if not self.process.is_alive():
@@ -357,20 +409,20 @@ class _Worker:
             why = f"worker process died ({describe_exit(self.process.exitcode)})"
             if self.process.exitcode == POISONED_EXIT:
                 why = "worker restarted after a CUDA error"
-            return results + self._fail("crashed", why), self._rest()
+            return outcomes + self._fail("crashed", why), self._rest()
         if time.monotonic() > self.deadline:
             why = f"no result within {self.pool.timeout_s:g} s; worker killed"
-            return results + self._fail("timeout", why), self._rest()
-        return results, None
+            return outcomes + self._fail("timeout", why), self._rest()
+        return outcomes, False
 
-    def _fail(self, status: str, why: str) -> list[tuple[WorkUnit, Outcome]]:
-        unit = self.unit
-        assert unit is not None
+    def _fail(self, status: str, why: str) -> list[Outcome]:
+        job = self.job
+        assert job is not None
         victim = self.in_flight
         self.stop(kill=True)
         if victim is not None:
             self.done.add(victim)
-            return [(unit, Outcome(unit.candidates[victim], status, error=why))]
+            return [Outcome(job.unit.candidates[victim], status, error=why)]
         if status == "crashed" and self.done:
             return []  # died right after reporting (a poisoned context): nothing lost
         self.failed_starts += 1
@@ -379,12 +431,17 @@ class _Worker:
             raise TuneError(f"the {self.role} worker for device {self.device} cannot start: {why}")
         return []
 
-    def _rest(self) -> WorkUnit | None:
-        unit = self.unit
-        assert unit is not None
-        self.unit = None
-        rest = tuple(c for i, c in enumerate(unit.candidates) if i not in self.done)
-        return replace(unit, candidates=rest) if rest else None
+    def _rest(self) -> bool:
+        """Cut the job down to the candidates not yet done; True if any are left."""
+        job = self.job
+        assert job is not None
+        self.job = None
+        rest = tuple(c for i, c in enumerate(job.unit.candidates) if i not in self.done)
+        job.unit = replace(job.unit, candidates=rest)
+        return bool(rest)
+
+
+FollowUp = Callable[[WorkUnit, list[Outcome]], Iterable[WorkUnit]]
 
 
 class WorkerPool:
@@ -392,6 +449,8 @@ class WorkerPool:
 
     `devices` are ``CUDA_VISIBLE_DEVICES`` values, one per GPU, or ``[None]``
     to inherit the environment (one worker; the CPU, or a GPU Ray assigned).
+    Warmers compile without launching the GEMM (see `enable_compile_only`), so
+    they never share the GPU with a timing in progress.
     """
 
     def __init__(
@@ -436,23 +495,31 @@ class WorkerPool:
         """Memory bandwidth and matmul rate measured by the first timer (GPU only)."""
         return self.timers[0].request("ceilings")
 
-    def run(self, units: Iterable[WorkUnit]) -> Iterator[tuple[WorkUnit, Outcome]]:
+    def run(
+        self, units: Iterable[WorkUnit], then: FollowUp | None = None
+    ) -> Iterator[tuple[WorkUnit, Outcome]]:
         """Measure every unit; yield (unit, outcome) per candidate as soon as it is known.
 
-        "warm" units go to the warmers (to the timers if there are none), the rest to the timers.
+        "warm" units go to the warmers (to the timers if there are none), the
+        rest to the timers. When a unit is complete, `then(unit, outcomes)` may
+        return more units to run (a warmed chunk's timing, say), which start at once.
         """
-        queues: dict[str, deque[WorkUnit]] = {"timer": deque(), "warmer": deque()}
-        for unit in units:
+        queues: dict[str, deque[_Job]] = {"timer": deque(), "warmer": deque()}
+
+        def enqueue(unit: WorkUnit) -> None:
             if unit.mode not in MODES:
                 raise ValueError(f"unknown mode {unit.mode!r}")
             role = "warmer" if unit.mode == "warm" and self.warmers else "timer"
-            queues[role].append(unit)
+            queues[role].append(_Job(unit))
+
+        for unit in units:
+            enqueue(unit)
         workers = self.timers + self.warmers
         while True:
             for worker in workers:
-                if worker.unit is None and queues[worker.role]:
+                if worker.job is None and queues[worker.role]:
                     worker.assign(queues[worker.role].popleft())
-            busy = [worker for worker in workers if worker.unit is not None]
+            busy = [worker for worker in workers if worker.job is not None]
             if not busy:
                 return
             timeout = max(0.0, min(worker.deadline for worker in busy) - time.monotonic())
@@ -460,7 +527,14 @@ class WorkerPool:
                 [w for worker in busy for w in worker.waitables()], timeout=timeout + 0.01
             )
             for worker in busy:
-                results, requeue = worker.poll()
-                yield from results
-                if requeue is not None:
-                    queues[worker.role].appendleft(requeue)
+                job = worker.job
+                assert job is not None
+                outcomes, requeue = worker.poll()
+                job.outcomes.extend(outcomes)
+                for outcome in outcomes:
+                    yield job.origin, outcome
+                if requeue:
+                    queues[worker.role].appendleft(job)
+                elif outcomes and job.finished and then is not None:
+                    for unit in then(job.origin, job.outcomes):
+                        enqueue(unit)
