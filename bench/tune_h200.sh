@@ -8,6 +8,7 @@
 # tool returns only a few plainly named files).
 #
 # Usage: OUT=/some/dir bash bench/tune_h200.sh [BUDGET_S]
+# (QWEN_MODEL, MIXTRAL_MODEL, TUNE_EXTRA, BENCH_EXTRA and SEARCH_SIZES override the defaults, for a CPU rehearsal.)
 set -u
 BUDGET=${1:-530}
 OUT=${OUT:-bench/results/h200-run}
@@ -16,10 +17,13 @@ mkdir -p "$OUT" "$WORK"
 START=$SECONDS
 export PYTHONUNBUFFERED=1
 
-QWEN=(--model Qwen/Qwen3-30B-A3B --tp 1)
-MIXTRAL=(--model mistralai/Mixtral-8x7B-v0.1 --tp 2)
-QWEN_FILE="E=128,N=768,device_name=NVIDIA_H200.json"
-MIXTRAL_FILE="E=8,N=7168,device_name=NVIDIA_H200.json"
+QWEN=(--model "${QWEN_MODEL:-Qwen/Qwen3-30B-A3B}" --tp 1)
+MIXTRAL=(--model "${MIXTRAL_MODEL:-mistralai/Mixtral-8x7B-v0.1}" --tp 2)
+QWEN_FILE=${QWEN_FILE:-"E=128,N=768,device_name=NVIDIA_H200.json"}
+MIXTRAL_FILE=${MIXTRAL_FILE:-"E=8,N=7168,device_name=NVIDIA_H200.json"}
+read -r -a EXTRA <<<"${TUNE_EXTRA:-}"
+read -r -a BENCH_EXTRA <<<"${BENCH_EXTRA:-}"
+read -r -a SIZES <<<"${SEARCH_SIZES:---batch-size 1 --batch-size 64 --batch-size 1024}"
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 pack() { tar czf "$OUT/h200.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK/steps.txt" "$OUT/steps.txt"; }
@@ -45,25 +49,25 @@ step() { # step NAME LIMIT_S COMMAND...: run with a time limit (SIGINT first: th
 } >"$WORK/machine.txt" 2>&1
 : >"$WORK/steps.txt"
 
-step qwen-tune 190 python3 -m moetune tune "${QWEN[@]}" --save-dir "$WORK/qwen3-30b-tp1" --json
+step qwen-tune 190 python3 -m moetune tune "${QWEN[@]}" --save-dir "$WORK/qwen3-30b-tp1" --json "${EXTRA[@]}"
 qwen_rc=$?
-step mixtral-tune 190 python3 -m moetune tune "${MIXTRAL[@]}" --save-dir "$WORK/mixtral-8x7b-tp2" --json
+step mixtral-tune 190 python3 -m moetune tune "${MIXTRAL[@]}" --save-dir "$WORK/mixtral-8x7b-tp2" --json "${EXTRA[@]}"
 mixtral_rc=$?
 if [ $qwen_rc -ne 0 ]; then
     step qwen-tune-resumed $(($(left) - 120)) python3 -m moetune tune "${QWEN[@]}" \
-        --save-dir "$WORK/qwen3-30b-tp1" --json
+        --save-dir "$WORK/qwen3-30b-tp1" --json "${EXTRA[@]}"
 fi
 if [ $mixtral_rc -ne 0 ]; then
     step mixtral-tune-resumed $(($(left) - 90)) python3 -m moetune tune "${MIXTRAL[@]}" \
-        --save-dir "$WORK/mixtral-8x7b-tp2" --json
+        --save-dir "$WORK/mixtral-8x7b-tp2" --json "${EXTRA[@]}"
 fi
 
 step qwen-bench 45 python3 -m moetune benchmark "${QWEN[@]}" \
-    --config "$WORK/qwen3-30b-tp1/$QWEN_FILE" --config "bench/vllm_configs/$QWEN_FILE" --json
+    --config "$WORK/qwen3-30b-tp1/$QWEN_FILE" --config "bench/vllm_configs/$QWEN_FILE" --json "${BENCH_EXTRA[@]}"
 step mixtral-bench 45 python3 -m moetune benchmark "${MIXTRAL[@]}" \
-    --config "$WORK/mixtral-8x7b-tp2/$MIXTRAL_FILE" --config "bench/vllm_configs/$MIXTRAL_FILE" --json
+    --config "$WORK/mixtral-8x7b-tp2/$MIXTRAL_FILE" --config "bench/vllm_configs/$MIXTRAL_FILE" --json "${BENCH_EXTRA[@]}"
 
-step search $(($(left) - 5)) python3 bench/search.py "${QWEN[@]}" \
-    --batch-size 1 --batch-size 64 --batch-size 1024 --out "$WORK/search" --budget-s $(($(left) - 25))
+step search $(($(left) - 5)) python3 bench/search.py "${QWEN[@]}" "${SIZES[@]}" \
+    --out "$WORK/search" --budget-s $(($(left) - 25))
 echo "total wall=$((SECONDS - START))s" | tee -a "$WORK/steps.txt"
 pack

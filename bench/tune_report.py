@@ -53,7 +53,7 @@ def model_section(work: Path, stem: str, title: str) -> list[str]:
     compile_ = tune.get("parallel_compile") or {}
     lines.append(
         f"`{plan['problem']}`, {plan['search']} search, {len(plan['batch_sizes'])} batch sizes: "
-        f"**{tune['wall_s']:.0f} s wall** (whole command after start-up: search, default "
+        f"**{tune['wall_s']:.0f} s wall** (inside the command: worker start-up, search, default "
         f"configs, verification, ceilings, files); {tune['measured']} measurements taken, "
         f"{tune['reused']} reused from the store."
     )
