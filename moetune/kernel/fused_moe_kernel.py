@@ -15,7 +15,9 @@ The tiling is vLLM's and SGLang's, so a tuned config means the same thing here a
 there: a 1-D grid of ``cdiv(EM, BLOCK_SIZE_M) * cdiv(N, BLOCK_SIZE_N)`` programs,
 swizzled in groups of ``GROUP_SIZE_M`` row-blocks for L2 reuse (Triton tutorial 03),
 one K loop of ``BLOCK_SIZE_K`` steps pipelined over ``num_stages``, ``num_warps``
-warps per program. ``BLOCK_SIZE_M`` is also the alignment padding.
+warps per program. ``BLOCK_SIZE_M`` is also the alignment padding. As in vLLM, EM is
+capped at ``num_slots * BLOCK_SIZE_M`` (every used row-block holds a slot), which
+keeps the grid small at small M whatever the alignment's static bound.
 
 Arrays of one launch (``slot = token * top_k + k``; ``num_slots = M * top_k``):
 
@@ -37,7 +39,9 @@ per-tensor (fp8 x fp8 tensor-core dot, both scales applied once at the end);
 scales and per-block weight scales applied to every K step's partial product, which
 needs ``block_k % BLOCK_SIZE_K == 0``); ``"int8_w8a16"`` per output channel (int8
 weights converted to the compute dtype in registers, scale applied at the end).
-int8 w8a16 with block (group) scales is not implemented and is refused.
+int8 w8a16 with block (group) scales is not implemented and is refused. fp8 needs
+``BLOCK_SIZE_K >= 32``: Triton refuses a narrower fp8 dot on Hopper (seen on the H200
+with Triton 3.6), so `check_config` refuses it on every machine.
 
 Triton's CPU interpreter (``TRITON_INTERPRET=1``, checked on Triton 3.9) mishandles
 bf16: ``tl.dot`` on two bf16 operands returns garbage (fp16 and fp8 are exact),
