@@ -8,7 +8,11 @@ from typing import Any
 
 import click
 
-from moetune.commands.options import model_options, problem_from_options
+from moetune.commands.options import (
+    default_compile_workers,
+    model_options,
+    problem_from_options,
+)
 from moetune.errors import MoetuneError
 
 
@@ -100,8 +104,13 @@ def benchmark(
         for name, entries in files.items():
             picks[m][name] = nearest_entry(entries, m)
     units = [WorkUnit(problem, m, tuple(dict.fromkeys(picks[m].values())), "full") for m in sizes]
+    warm = [WorkUnit(problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
     timings: dict[tuple[int, Any], Any] = {}
-    with WorkerPool(list(devices), timeout_s=timeout_s) as pool:
+    workers = default_compile_workers(devices)
+    with WorkerPool(list(devices), compile_workers=workers, timeout_s=timeout_s) as pool:
+        if workers:
+            for _ in pool.run(warm):  # compile everything in parallel first; timing decides
+                pass
         for unit, outcome in pool.run(units):
             timings[(unit.batch_size, outcome.candidate)] = outcome
 

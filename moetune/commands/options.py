@@ -8,6 +8,7 @@ functions, and only to ask about GPUs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,13 @@ def model_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def default_compile_workers(devices: tuple[str | None, ...]) -> int:
+    """Parallel compile processes: the cores left over by the timers, at most 16."""
+    if all(device is None for device in devices):
+        return 0  # CPU: the interpreter does not compile
+    return max(0, min(16, (os.cpu_count() or 2) - len(devices) - 1))
 
 
 @dataclass(frozen=True)

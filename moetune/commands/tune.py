@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
 
-from moetune.commands.options import model_options, problem_from_options
+from moetune.commands.options import default_compile_workers, model_options, problem_from_options
 
 SEARCHES = ("fast", "exhaustive")
 ENGINE_CHOICES = ("vllm", "sglang", "both")
-
-
-def _default_compile_workers(devices: tuple) -> int:
-    """Parallel compile processes: the cores left over by the timers, at most 16."""
-    if all(device is None for device in devices):
-        return 0  # CPU: the interpreter does not compile
-    return max(0, min(16, (os.cpu_count() or 2) - len(devices) - 1))
 
 
 @click.command("tune")
@@ -115,7 +107,7 @@ def tune(
         err.print(f"Note: {note}")
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     if compile_workers is None:
-        compile_workers = _default_compile_workers(devices)
+        compile_workers = default_compile_workers(devices)
     request = TuneRequest(
         problem=resolved.problem,
         batch_sizes=tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES),
