@@ -5,7 +5,8 @@ import os
 import pytest
 import torch
 
-from moetune.kernel.activation import silu_and_mul
+from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
+from moetune.kernel.quant import per_token_group_quant_fp8_reference
 
 GPU = os.environ.get("MOETUNE_GPU_TESTS") == "1"
 DEVICE = "cuda" if GPU else "cpu"
@@ -66,3 +67,41 @@ def test_rejects_odd_width():
 def test_rejects_wrong_out_shape():
     with pytest.raises(ValueError, match="out is expected"):
         silu_and_mul(torch.randn(2, 8, device=DEVICE), out=torch.empty(2, 3, device=DEVICE))
+
+
+QUANT_SHAPES = [
+    (1, 128, 128),  # one group
+    (5, 768, 128),  # 6 groups: one program per row, lanes masked
+    (3, 200, 64),  # N not a multiple of the group: a partial last group
+    (2, 3072, 128),  # 24 groups: several programs per row
+]
+if GPU:
+    QUANT_SHAPES += [(4096 * 8, 768, 128), (4096 * 16, 3072, 128)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("T,N,group", QUANT_SHAPES, ids=lambda v: str(v))
+def test_fused_quant_equals_silu_then_group_quant(T, N, group, dtype):
+    torch.manual_seed(T + N)
+    x = (torch.randn(T, 2 * N, device=DEVICE) * 3).to(dtype)
+    x[0, :N] = 0.0  # a zero first row: the scale floor, no division by zero
+    q, scale = silu_and_mul_quant_fp8(x, group)
+    # The unfused path: this module's silu_and_mul, then the group quantization's definition.
+    ref_q, ref_scale = per_token_group_quant_fp8_reference(silu_and_mul(x), group)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (T, N)
+    assert scale.shape == (T, (N + group - 1) // group)
+    torch.testing.assert_close(scale, ref_scale, atol=0, rtol=1e-6)
+    # fp8 codes agree except where an fp32 rounding difference flips one step (rare).
+    mismatch = (q.float() != ref_q.float()).float().mean().item()
+    assert mismatch < 1e-3, f"{mismatch:.2%} of fp8 codes differ"
+    # Against plain PyTorch: half an e4m3 step (2**-4 relative) plus the bf16/fp16 rounding
+    # of the intermediate (<= 2**-8 relative), or the subnormal spacing (2**-9 of the scale).
+    expanded = scale.repeat_interleave(group, dim=1)[:, :N]
+    error = (q.float() * expanded - reference(x).float()).abs()
+    bound = reference(x).float().abs() * (2**-4 + 2**-8) + expanded * 2**-9
+    assert (error <= bound).all(), f"max error over bound {(error / bound).max():.3f}"
+
+
+def test_fused_quant_rejects_bad_group():
+    with pytest.raises(ValueError, match="power of two"):
+        silu_and_mul_quant_fp8(torch.randn(2, 8, device=DEVICE), 96)
