@@ -49,7 +49,7 @@ import triton
 
 from moetune.extract.filenames import vllm_config_filename
 from moetune.fileio import atomic_write_json, atomic_write_text
-from moetune.kernel.activation import silu_and_mul
+from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
 from moetune.kernel.config import default_config
 from moetune.kernel.fused_moe import fused_moe
@@ -57,6 +57,7 @@ from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
 from moetune.kernel.naive import naive_fused_moe
 from moetune.kernel.problem import make_problem
 from moetune.kernel.quant import per_token_group_quant_fp8
+from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
 from moetune.roofline import expected_experts_hit, moe_roofline
 
@@ -77,6 +78,9 @@ GPU_TOKEN_SETS, HOST_TOKEN_SETS = MAX_CALLS_PER_GRAPH, 2
 # ... and is replayed until about this much time has passed (at least MIN_REPLAYS).
 REPLAY_BUDGET_US = 150_000.0
 MIN_REPLAYS, MAX_REPLAYS = 5, 100
+# A guess at one glue op's time, to size its graph (the roofline floor sizes the others).
+GLUE_ESTIMATE_US = 5.0
+GLUE_OPS = ("routing", "align", "silu", "sum", "quant_x", "quant_act", "silu_quant_fused")
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,41 @@ def grouped_mm_calls(problem, token_sets):
     return calls
 
 
+def glue_variants(problem, token_sets, config, block_shape):
+    """Each glue op of the call alone, on inputs of the call's shapes: (name, make_calls)."""
+    num_experts, two_n, hidden = problem.w1.shape
+    top_k = problem.top_k
+    M = token_sets[0][0].shape[0]
+    x0 = token_sets[0][0]
+    gate_up = torch.randn(M * top_k, two_n, device=x0.device).to(x0.dtype)
+    down = torch.randn(M, top_k, hidden, device=x0.device).to(x0.dtype)
+    routed = [topk_routing(logits, top_k)[1] for _, logits in token_sets]
+    variants = [
+        ("glue_routing", lambda: [lambda lg=lg: topk_routing(lg, top_k) for _, lg in token_sets]),
+        (
+            "glue_align",
+            lambda: [
+                lambda ids=ids: align_block_size(ids, config["BLOCK_SIZE_M"], num_experts)
+                for ids in routed
+            ],
+        ),
+        ("glue_silu", lambda: [lambda: silu_and_mul(gate_up)]),
+        ("glue_sum", lambda: [lambda: moe_sum(down)]),
+    ]
+    if block_shape is not None:
+        group = block_shape[1]
+        act = silu_and_mul(gate_up)
+        variants += [
+            (
+                "glue_quant_x",
+                lambda: [lambda x=x: per_token_group_quant_fp8(x, group) for x, _ in token_sets],
+            ),
+            ("glue_quant_act", lambda: [lambda: per_token_group_quant_fp8(act, group)]),
+            ("glue_silu_quant_fused", lambda: [lambda: silu_and_mul_quant_fp8(gate_up, group)]),
+        ]
+    return variants
+
+
 def token_sets_for(problem, M: int, pool: int, count: int):
     """`count` disjoint (where the pool allows) slices of M tokens: x [M, K], logits [M, E]."""
     sets = []
@@ -438,14 +477,16 @@ def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu)
                 lambda config=config: gemm_only_calls(problem, sets, config, dtype, block_shape),
             )
         )
+    variants += glue_variants(problem, sets, configs["default"], block_shape)
     if problem.quant is None:
         variants.append(("grouped_mm", lambda: grouped_mm_calls(problem, sets)))
     else:
         row["errors"]["grouped_mm"] = "not run: torch has no 128x128 block-scaled fp8 grouped GEMM"
 
     for variant, make_calls in variants:
+        estimate_us = GLUE_ESTIMATE_US if variant.startswith("glue_") else floor_us
         try:
-            timing = time_calls(make_calls(), floor_us, on_gpu)
+            timing = time_calls(make_calls(), estimate_us, on_gpu)
             row["timings"][variant] = dict(timing.__dict__)
         except Exception as exc:  # noqa: BLE001 - one failed variant must not end the run
             row["errors"][variant] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -517,6 +558,31 @@ def table_lines(rows: list[dict], markdown: bool) -> list[str]:
                 _error(row),
             ]
         )
+    return _layout(headers, body, markdown)
+
+
+def glue_table_lines(rows: list[dict], markdown: bool) -> list[str]:
+    """Each glue op alone (p50 us), their sum as fused_moe runs them, and whole minus GEMMs."""
+    headers = ["shape", "dtype", "M", *GLUE_OPS, "glue sum", "whole-gemms"]
+    body = []
+    for row in rows:
+        t = {op: row["timings"].get(f"glue_{op}", {}).get("p50_us") for op in GLUE_OPS}
+        parts = [t["routing"], t["align"], t["silu"], t["sum"]]
+        if row["dtype"] != "bf16":
+            parts += [t["quant_x"], t["quant_act"]]
+        glue = sum(parts) if all(p is not None for p in parts) else None
+        whole, gemms = (
+            row["timings"].get(v, {}).get("p50_us") for v in ("whole_default", "gemms_default")
+        )
+        cells = [row["shape"], row["dtype"], str(row["M"])]
+        cells += ["-" if t[op] is None else f"{t[op]:.1f}" for op in GLUE_OPS]
+        cells.append("-" if glue is None else f"{glue:.1f}")
+        cells.append("-" if whole is None or gemms is None else f"{whole - gemms:.1f}")
+        body.append(cells)
+    return _layout(headers, body, markdown)
+
+
+def _layout(headers: list[str], body: list[list[str]], markdown: bool) -> list[str]:
     if markdown:
         lines = [
             "| " + " | ".join(headers) + " |",
@@ -567,6 +633,15 @@ def markdown_report(machine: dict, ceilings: dict, rows: list[dict]) -> str:
         "`err` = worst relative RMS error of the timed configs' output against `naive_fused_moe`.",
         "",
         *table_lines(rows, markdown=True),
+        "",
+        "## Glue ops alone",
+        "",
+        "Each op of the call on its own (p50 us, CUDA graph), on inputs of the call's shapes;",
+        "`glue sum` adds the ops `fused_moe` runs (routing, align, silu, sum; for fp8 also",
+        "quant_x and quant_act); `silu_quant_fused` is `silu_and_mul_quant_fp8`, which would",
+        "replace silu + quant_act. `whole-gemms` = whole call minus the GEMMs alone (default config).",
+        "",
+        *glue_table_lines(rows, markdown=True),
         "",
     ]
     errors = [(r, v, e) for r in rows for v, e in r["errors"].items()]
@@ -674,6 +749,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"BW {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, PEAK {ceilings['peak_flops_per_s'] / 1e12:.0f} TFLOP/s; "
         "p50 us per call; x floor = best whole call / floor"
     )
+    print("glue ops alone, p50 us:")
+    print("\n".join(glue_table_lines(rows, markdown=False)))
     print("\n".join(table_lines(rows, markdown=False)))
     return rows
 

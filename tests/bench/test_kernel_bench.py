@@ -30,7 +30,10 @@ def test_quick_run_writes_checked_results(bench, tmp_path):
     for row in rows:
         assert row["floor_us"] > 0 and row["bound"] in ("memory", "compute")
         assert row["rel_rms_error"]["default"] < 3e-2, row["rel_rms_error"]
-        for variant in ("whole_default", "gemms_default"):
+        glue = ["glue_routing", "glue_align", "glue_silu", "glue_sum"]
+        if row["dtype"] == "fp8-block":
+            glue += ["glue_quant_x", "glue_quant_act", "glue_silu_quant_fused"]
+        for variant in ("whole_default", "gemms_default", *glue):
             assert row["timings"][variant]["p50_us"] > 0, (variant, row["errors"])
         assert row["whole_best_x_floor"] > 0
     assert rows[0]["timings"]["grouped_mm"]["p50_us"] > 0, rows[0]["errors"]
@@ -40,6 +43,7 @@ def test_quick_run_writes_checked_results(bench, tmp_path):
     assert len(saved["rows"]) == 4 and saved["machine"]["triton"]
     markdown = (tmp_path / "results.md").read_text()
     assert "| shape | dtype | M |" in markdown and "| tiny | fp8-block | 3 |" in markdown
+    assert "| shape | dtype | M | routing | align |" in markdown
 
 
 def test_vllm_config_takes_the_nearest_batch_size(bench):
