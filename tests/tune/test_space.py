@@ -283,3 +283,72 @@ def test_every_default_batch_size_keeps_candidates():
 def test_prune_rejects_a_bad_batch_size():
     with pytest.raises(TuneError, match="batch size must be a positive integer"):
         prune(default_space(), QWEN3_30B, 0, H200)
+
+
+def _compile_for_hopper(problem, candidate):
+    """Shared bytes of moetune's GEMM kernel compiled offline for sm_90 (no GPU needed)."""
+    triton = pytest.importorskip("triton")
+    tl = pytest.importorskip("triton.language")
+    from triton.backends.compiler import GPUTarget
+
+    from moetune.kernel.fused_moe_kernel import fused_moe_kernel
+
+    quant = problem.dtype == "fp8_w8a8"
+    block_n, block_k = problem.block_shape or (0, 0)
+    constexprs = {
+        "GROUP_N": block_n,
+        "GROUP_K": block_k,
+        "TOP_K": problem.top_k,
+        "COMPUTE_TYPE": tl.bfloat16,
+        "USE_FP8_W8A8": quant,
+        "EVEN_K": True,
+        **candidate.as_config(),
+    }
+    signature, values, aligned = {}, {}, []
+    for index, param in enumerate(fused_moe_kernel.params):
+        name = param.name
+        if param.is_constexpr:
+            signature[name], values[name] = "constexpr", constexprs.get(name, False)
+        elif name in ("stride_ak", "stride_wk", "stride_cn"):  # contiguous: Triton specializes 1
+            signature[name], values[name] = "constexpr", 1
+        elif name.endswith("_ptr"):
+            operand = "*fp8e4nv" if quant and name in ("a_ptr", "w_ptr") else "*bf16"
+            signature[name] = {"a_ptr": operand, "w_ptr": operand, "c_ptr": "*bf16"}.get(
+                name, "*i32" if "ids" in name or "num_tokens" in name else "*fp32"
+            )
+            aligned.append(index)
+        else:
+            signature[name] = "i32"
+            if not name.startswith("stride_a") or name == "stride_am":
+                aligned.append(index)
+    source = triton.compiler.ASTSource(
+        fn=fused_moe_kernel,
+        signature=signature,
+        constexprs=values,
+        attrs={(i,): [["tt.divisibility", 16]] for i in aligned},
+    )
+    options = {"num_warps": candidate.num_warps, "num_stages": candidate.num_stages}
+    try:
+        return triton.compile(
+            source, target=GPUTarget("cuda", 90, 32), options=options
+        ).metadata.shared
+    except RuntimeError as exc:  # no ptxas in this Triton build
+        pytest.skip(f"cannot compile for sm_90 here: {exc}")
+
+
+@pytest.mark.parametrize(
+    "problem, candidate",
+    [
+        (QWEN3_30B, Candidate(16, 64, 128, 1, 4, 4)),  # mma.sync: num_stages - 1 buffers
+        (QWEN3_30B, Candidate(128, 256, 64, 16, 8, 4)),  # wgmma: num_stages buffers
+        (DEEPSEEK_V3_TP8, Candidate(64, 128, 128, 1, 4, 3)),  # fp8, block-quantized scales
+    ],
+    ids=["bf16-mma", "bf16-wgmma", "fp8-block"],
+)
+def test_shared_memory_bound_holds_for_moetunes_kernel_compiled_for_hopper(
+    problem, candidate, monkeypatch
+):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    shared = _compile_for_hopper(problem, candidate)
+    bound = shared_memory_lower_bound(candidate, problem)
+    assert bound <= shared <= bound * candidate.num_stages / (candidate.num_stages - 1) + 4096
