@@ -1,0 +1,52 @@
+"""bench/replay_search.py on a store filled by an exhaustive sweep of the synthetic GPU."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from moetune.tune.problem import TuneProblem
+from moetune.tune.space import DeviceLimits, default_space, prune
+from moetune.tune.store import ResultStore
+from moetune.tune.strategy import exhaustive_search
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "tune"))
+from synthetic import SyntheticGPU  # noqa: E402
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_replay_reports_the_gap_to_the_exhaustive_best(tmp_path, capsys):
+    replay = load("replay_search")
+    problem = TuneProblem(128, 768, 2048, 8, "bf16")
+    assert replay.problem_from_key(problem.key()) == problem
+    block = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
+    assert replay.problem_from_key(block.key()) == block
+
+    gpu = SyntheticGPU(problem, seed=1)
+    store = ResultStore(tmp_path / "measurements.jsonl")
+
+    class Recording:
+        def measure(self, batch_size, candidates, fidelity):
+            out = gpu.measure(batch_size, candidates, fidelity)
+            for m in out.values():
+                store.add(m)
+            return out
+
+    spaces = {m: prune(default_space(), problem, m, DeviceLimits.h200()).kept for m in (16, 512)}
+    exhaustive = exhaustive_search(sorted(spaces), spaces.__getitem__, Recording())
+
+    assert replay.main([str(tmp_path / "measurements.jsonl")]) == 0
+    rows = replay.replay(ResultStore(tmp_path / "measurements.jsonl"))
+    assert [r["batch_size"] for r in rows] == [16, 512]
+    for row in rows:
+        assert row["space"] == len(spaces[row["batch_size"]])
+        assert row["exhaustive_best_us"] == exhaustive[row["batch_size"]].best.latency_us
+        assert 0 <= row["gap"] <= 0.03
+        assert row["timed"] < row["space"] * 0.3
+    assert "| E=128,N=768,K=2048,topk=8,dtype=bf16 | 16 |" in capsys.readouterr().out
