@@ -6,7 +6,8 @@
     act ──GEMM2 (w2, × topk weight)──► down [M, top_k, K] ──moe_sum──► out [M, K]
 
 fp8 w8a8 quantizes x before GEMM1 and act before GEMM2 (dynamically, per tensor or
-per token group). One config drives both GEMMs, as in vLLM and SGLang. Every step
+per token group; for block fp8 the SiLU-and-mul kernel quantizes its own output,
+so act never exists in bf16). One config drives both GEMMs, as in vLLM and SGLang. Every step
 is a GPU kernel with static shapes and no host sync, so a call can be captured in
 a CUDA graph.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from moetune.kernel.activation import silu_and_mul
+from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
 from moetune.kernel.config import default_config
 from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
@@ -122,7 +123,11 @@ def fused_experts(
         block_shape=block_shape,
         **alignment,
     )
-    a2, a2_scale = _quantize_activation(silu_and_mul(gate_up), quant)
+    if block_shape is not None:
+        # Block fp8: SiLU-and-mul and the per-token-group quantization in one pass.
+        a2, a2_scale = silu_and_mul_quant_fp8(gate_up, block_shape[1])
+    else:
+        a2, a2_scale = _quantize_activation(silu_and_mul(gate_up), quant)
     invoke_fused_moe_gemm(
         a2,
         w2,
