@@ -39,6 +39,7 @@ FP8_MAX = 448.0  # largest finite float8_e4m3fn
 INT8_MAX = 127.0
 AMAX_EPS = 1e-10
 QUANT_DTYPES = ("fp8_w8a8", "int8_w8a16")
+GROUPS_PER_PROGRAM = 8  # quantization groups one program of the per-token-group kernel handles
 
 
 @dataclass(frozen=True)
@@ -175,24 +176,26 @@ def _per_token_group_quant_fp8_kernel(
     stride_sm,
     GROUP_SIZE: tl.constexpr,
     BLOCK: tl.constexpr,
+    GROUPS: tl.constexpr,
     FP8_MAX_VALUE: tl.constexpr,
     EPS: tl.constexpr,
     EMULATE_FP8_ROUNDING: tl.constexpr,
 ):
-    # One program per (row, group): one fp32 scale and GROUP_SIZE fp8 values.
-    pid = tl.program_id(axis=0)
-    row = (pid // groups).to(tl.int64)
-    group = pid % groups
-    offs = group * GROUP_SIZE + tl.arange(0, BLOCK)
-    mask = (tl.arange(0, BLOCK) < GROUP_SIZE) & (offs < cols)
+    # One program per row and GROUPS consecutive groups: a [GROUPS, BLOCK] tile,
+    # one fp32 scale per tile row.
+    row = tl.program_id(axis=0).to(tl.int64)
+    group = tl.program_id(axis=1) * GROUPS + tl.arange(0, GROUPS)
+    in_group = tl.arange(0, BLOCK) < GROUP_SIZE
+    offs = group[:, None] * GROUP_SIZE + tl.arange(0, BLOCK)[None, :]
+    mask = in_group[None, :] & (offs < cols)
     x = tl.load(x_ptr + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(x), axis=0), EPS)
+    amax = tl.maximum(tl.max(tl.abs(x), axis=1), EPS)
     scale = amax / FP8_MAX_VALUE
-    q = tl.clamp(x / scale, -FP8_MAX_VALUE, FP8_MAX_VALUE)
+    q = tl.clamp(x / scale[:, None], -FP8_MAX_VALUE, FP8_MAX_VALUE)
     if EMULATE_FP8_ROUNDING:
         q = _round_to_fp8_grid(q)
     tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
-    tl.store(scale_ptr + row * stride_sm + group, scale)
+    tl.store(scale_ptr + row * stride_sm + group, scale, mask=group < groups)
 
 
 def per_token_group_quant_fp8(
@@ -212,7 +215,9 @@ def per_token_group_quant_fp8(
     scale = torch.empty(rows, groups, dtype=torch.float32, device=x.device)
     if rows == 0:
         return quantized, scale
-    _per_token_group_quant_fp8_kernel[(rows * groups,)](
+    groups_per_program = min(GROUPS_PER_PROGRAM, triton.next_power_of_2(groups))
+    grid = (rows, triton.cdiv(groups, groups_per_program))
+    _per_token_group_quant_fp8_kernel[grid](
         x,
         quantized,
         scale,
@@ -223,6 +228,7 @@ def per_token_group_quant_fp8(
         scale.stride(0),
         GROUP_SIZE=group_size,
         BLOCK=triton.next_power_of_2(group_size),
+        GROUPS=groups_per_program,
         FP8_MAX_VALUE=FP8_MAX,
         EPS=AMAX_EPS,
         EMULATE_FP8_ROUNDING=interpreting(),

@@ -47,7 +47,7 @@ def test_weight_quantization_round_trips(dtype, block_shape, scale_shape, max_re
 
 
 @pytest.mark.parametrize(
-    "rows,cols,group", [(1, 128, 128), (7, 300, 128), (5, 64, 32), (3, 20, 16)]
+    "rows,cols,group", [(1, 128, 128), (7, 300, 128), (5, 64, 32), (3, 20, 16), (2, 2100, 128)]
 )
 def test_per_token_group_kernel_matches_the_definition(rows, cols, group):
     """The Triton kernel gives the reference's scales and (with rare one-step exceptions on
