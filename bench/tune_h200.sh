@@ -3,7 +3,8 @@
 #   1. `moetune tune` (fast search, 18 batch sizes) for Qwen3-30B-A3B TP1 and Mixtral-8x7B TP2;
 #      a tune cut off by its time limit is resumed from its results store with the time left;
 #   2. `moetune benchmark`: default config vs our file vs vLLM's published H200 file, same harness;
-#   3. bench/search.py: fast vs exhaustive search, cold, on a few batch sizes, with what is left.
+#   3. bench/search.py: fast vs exhaustive search, cold, Mixtral TP2 at M=1 and 64 (the smallest
+#      pruned spaces), with the time left.
 # Everything lands in $WORK and is packed into $OUT/h200.tar.gz after every step (the device
 # tool returns only a few plainly named files).
 #
@@ -23,7 +24,7 @@ QWEN_FILE=${QWEN_FILE:-"E=128,N=768,device_name=NVIDIA_H200.json"}
 MIXTRAL_FILE=${MIXTRAL_FILE:-"E=8,N=7168,device_name=NVIDIA_H200.json"}
 read -r -a EXTRA <<<"${TUNE_EXTRA:-}"
 read -r -a BENCH_EXTRA <<<"${BENCH_EXTRA:-}"
-read -r -a SIZES <<<"${SEARCH_SIZES:---batch-size 1 --batch-size 64 --batch-size 1024}"
+read -r -a SIZES <<<"${SEARCH_SIZES:---batch-size 1 --batch-size 64}"
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 pack() { tar czf "$OUT/h200.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK/steps.txt" "$OUT/steps.txt"; }
@@ -49,9 +50,9 @@ step() { # step NAME LIMIT_S COMMAND...: run with a time limit (SIGINT first: th
 } >"$WORK/machine.txt" 2>&1
 : >"$WORK/steps.txt"
 
-step qwen-tune 190 python3 -m moetune tune "${QWEN[@]}" --save-dir "$WORK/qwen3-30b-tp1" --json "${EXTRA[@]}"
+step qwen-tune 210 python3 -m moetune tune "${QWEN[@]}" --save-dir "$WORK/qwen3-30b-tp1" --json "${EXTRA[@]}"
 qwen_rc=$?
-step mixtral-tune 190 python3 -m moetune tune "${MIXTRAL[@]}" --save-dir "$WORK/mixtral-8x7b-tp2" --json "${EXTRA[@]}"
+step mixtral-tune 180 python3 -m moetune tune "${MIXTRAL[@]}" --save-dir "$WORK/mixtral-8x7b-tp2" --json "${EXTRA[@]}"
 mixtral_rc=$?
 if [ $qwen_rc -ne 0 ]; then
     step qwen-tune-resumed $(($(left) - 120)) python3 -m moetune tune "${QWEN[@]}" \
@@ -67,7 +68,7 @@ step qwen-bench 45 python3 -m moetune benchmark "${QWEN[@]}" \
 step mixtral-bench 45 python3 -m moetune benchmark "${MIXTRAL[@]}" \
     --config "$WORK/mixtral-8x7b-tp2/$MIXTRAL_FILE" --config "bench/vllm_configs/$MIXTRAL_FILE" --json "${BENCH_EXTRA[@]}"
 
-step search $(($(left) - 5)) python3 bench/search.py "${QWEN[@]}" "${SIZES[@]}" \
+step search $(($(left) - 5)) python3 bench/search.py "${MIXTRAL[@]}" "${SIZES[@]}" \
     --out "$WORK/search" --budget-s $(($(left) - 25))
 echo "total wall=$((SECONDS - START))s" | tee -a "$WORK/steps.txt"
 pack
