@@ -27,7 +27,10 @@ read -r -a BENCH_EXTRA <<<"${BENCH_EXTRA:-}"
 read -r -a SIZES <<<"${SEARCH_SIZES:---batch-size 1 --batch-size 64}"
 
 left() { echo $((BUDGET - (SECONDS - START))); }
-pack() { tar czf "$OUT/h200.tar.gz" -C "$WORK" . 2>/dev/null; cp "$WORK/steps.txt" "$OUT/steps.txt"; }
+pack() {
+    tar czf "$OUT/h200.tar.gz" --exclude=triton-cache --exclude="*.lock" -C "$WORK" . 2>/dev/null
+    cp "$WORK/steps.txt" "$OUT/steps.txt"
+}
 step() { # step NAME LIMIT_S COMMAND...: run with a time limit (SIGINT first: the tuner exits cleanly)
     local name=$1 limit=$2
     shift 2
