@@ -61,18 +61,18 @@ def _fill_pads(
 
 @triton.jit
 def _count_experts(
-    ids_ptr, first_slot, num_slots, num_experts, row_ptr, CHUNK: tl.constexpr, BLOCK_E: tl.constexpr
+    ids_ptr, first_slot, num_slots, num_experts, CHUNK: tl.constexpr, BLOCK_E: tl.constexpr
 ):
-    """Slots per expert among slots [first_slot, first_slot + CHUNK), via a scratch row."""
-    offs_e = tl.arange(0, BLOCK_E)
+    """Slots per expert among slots [first_slot, first_slot + CHUNK): a [BLOCK_E] histogram.
+
+    Skipped slots (-1, >= E, past the end) land in the spare last bin (BLOCK_E > E),
+    which is zeroed.
+    """
     slots = first_slot + tl.arange(0, CHUNK)
     experts = tl.load(ids_ptr + slots, mask=slots < num_slots, other=-1)
     valid = (experts >= 0) & (experts < num_experts)
-    tl.store(row_ptr + offs_e, tl.zeros((BLOCK_E,), dtype=tl.int32))
-    tl.debug_barrier()
-    tl.atomic_add(row_ptr + experts, 1, mask=valid)
-    tl.debug_barrier()
-    return tl.load(row_ptr + offs_e, volatile=True)
+    counts = tl.histogram(tl.where(valid, experts, BLOCK_E - 1), BLOCK_E)
+    return tl.where(tl.arange(0, BLOCK_E) < num_experts, counts, 0)
 
 
 @triton.jit
@@ -116,7 +116,7 @@ def align_single_kernel(
     sorted_ptr,  # [max_padded] int32 out
     expert_ids_ptr,  # [max_padded // BLOCK_SIZE_M] int32 out
     num_post_padded_ptr,  # [1] int32 out
-    scratch_ptr,  # [BLOCK_E] int32 workspace
+    scratch_ptr,  # [BLOCK_E] int32 workspace: the experts' cursors
     num_slots,
     num_experts,
     max_padded,
@@ -125,11 +125,11 @@ def align_single_kernel(
     CHUNK: tl.constexpr,
 ):
     _fill_pads(sorted_ptr, expert_ids_ptr, num_slots, max_padded, 0, 1, BLOCK_SIZE_M)
-    counts = _count_experts(ids_ptr, 0, num_slots, num_experts, scratch_ptr, CHUNK, BLOCK_E)
+    counts = _count_experts(ids_ptr, 0, num_slots, num_experts, CHUNK, BLOCK_E)
     starts, total = _expert_starts(counts, num_experts, BLOCK_SIZE_M, BLOCK_E)
     tl.store(num_post_padded_ptr, total)
-    tl.debug_barrier()
     tl.store(scratch_ptr + tl.arange(0, BLOCK_E), starts)
+    # The cursors and the pad values are in place before any slot is scattered.
     tl.debug_barrier()
     _scatter_slots(
         ids_ptr,
@@ -161,8 +161,8 @@ def align_count_kernel(
     _fill_pads(
         sorted_ptr, expert_ids_ptr, num_slots, max_padded, chunk, tl.num_programs(0), BLOCK_SIZE_M
     )
-    row_ptr = counts_ptr + chunk.to(tl.int64) * BLOCK_E
-    _count_experts(ids_ptr, chunk * CHUNK, num_slots, num_experts, row_ptr, CHUNK, BLOCK_E)
+    counts = _count_experts(ids_ptr, chunk * CHUNK, num_slots, num_experts, CHUNK, BLOCK_E)
+    tl.store(counts_ptr + chunk.to(tl.int64) * BLOCK_E + tl.arange(0, BLOCK_E), counts)
 
 
 @triton.jit
@@ -252,7 +252,7 @@ def align_block_size(
         num_post_padded.zero_()
         return sorted_ids, expert_ids, num_post_padded
 
-    block_e = triton.next_power_of_2(num_experts)
+    block_e = triton.next_power_of_2(num_experts + 1)  # a spare bin for skipped slots
     if num_slots <= SINGLE_PROGRAM_SLOTS:
         scratch = torch.empty(block_e, dtype=torch.int32, device=device)
         align_single_kernel[(1,)](

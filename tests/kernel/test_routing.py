@@ -36,8 +36,12 @@ def reference(logits, top_k, renormalize):
 @pytest.mark.parametrize("M,E,top_k", SHAPES, ids=lambda v: str(v))
 def test_matches_softmax_topk(M, E, top_k, renormalize, dtype):
     torch.manual_seed(M * 1000 + E)
-    # A random permutation per row: distinct logits, so the top-k is unambiguous.
-    logits = torch.argsort(torch.rand(M, E, device=DEVICE), dim=-1).to(dtype) * 0.1
+    # The top_k logits of a row are 4 + j/4 (exact in every dtype, distinct), at random
+    # positions; the rest lie below 3.5: the top-k and its order are unambiguous.
+    logits = (torch.rand(M, E, device=DEVICE) * 7 - 3.5).to(dtype)
+    chosen = torch.rand(M, E, device=DEVICE).argsort(dim=-1)[:, :top_k]
+    top = 4 + 0.25 * torch.arange(top_k, device=DEVICE, dtype=torch.float32).expand(M, top_k)
+    logits.scatter_(1, chosen, top.to(dtype))
     weights, ids = topk_routing(logits, top_k, renormalize)
     ref_weights, ref_ids = reference(logits, top_k, renormalize)
     assert weights.dtype == torch.float32 and ids.dtype == torch.int32
