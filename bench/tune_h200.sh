@@ -53,9 +53,9 @@ step() { # step NAME LIMIT_S COMMAND...: run with a time limit (SIGINT first: th
 } >"$WORK/machine.txt" 2>&1
 : >"$WORK/steps.txt"
 
-step qwen-tune 210 python3 -m moetune tune "${QWEN[@]}" --save-dir "$WORK/qwen3-30b-tp1" --json "${EXTRA[@]}"
+step qwen-tune 200 python3 -m moetune tune "${QWEN[@]}" --save-dir "$WORK/qwen3-30b-tp1" --json "${EXTRA[@]}"
 qwen_rc=$?
-step mixtral-tune 180 python3 -m moetune tune "${MIXTRAL[@]}" --save-dir "$WORK/mixtral-8x7b-tp2" --json "${EXTRA[@]}"
+step mixtral-tune 170 python3 -m moetune tune "${MIXTRAL[@]}" --save-dir "$WORK/mixtral-8x7b-tp2" --json "${EXTRA[@]}"
 mixtral_rc=$?
 if [ $qwen_rc -ne 0 ]; then
     step qwen-tune-resumed $(($(left) - 120)) python3 -m moetune tune "${QWEN[@]}" \
@@ -66,9 +66,9 @@ if [ $mixtral_rc -ne 0 ]; then
         --save-dir "$WORK/mixtral-8x7b-tp2" --json "${EXTRA[@]}"
 fi
 
-step qwen-bench 45 python3 -m moetune benchmark "${QWEN[@]}" \
+step qwen-bench 35 python3 -m moetune benchmark "${QWEN[@]}" \
     --config "$WORK/qwen3-30b-tp1/$QWEN_FILE" --config "bench/vllm_configs/$QWEN_FILE" --json "${BENCH_EXTRA[@]}"
-step mixtral-bench 45 python3 -m moetune benchmark "${MIXTRAL[@]}" \
+step mixtral-bench 35 python3 -m moetune benchmark "${MIXTRAL[@]}" \
     --config "$WORK/mixtral-8x7b-tp2/$MIXTRAL_FILE" --config "bench/vllm_configs/$MIXTRAL_FILE" --json "${BENCH_EXTRA[@]}"
 
 step search $(($(left) - 5)) python3 bench/search.py "${MIXTRAL[@]}" "${SIZES[@]}" \
