@@ -5,8 +5,8 @@ The heuristic reads the shape the way vLLM's published H200 files do
 slots each expert gets, ``M * top_k / E``. Few slots per expert means a
 weight-streaming GEMM (small ``BLOCK_SIZE_M``, a long ``BLOCK_SIZE_K`` so each
 program moves a lot of weight bytes); many slots per expert means a
-compute-bound GEMM (128 x 256 tiles, 8 warps), the shape every published file
-converges to from M = 1024 up. Block-quantized fp8 keeps ``BLOCK_SIZE_K`` a
+compute-bound GEMM (128 x 256 tiles, 8 warps), the shape every published bf16
+file converges to from M = 1024 up; fp8 stops at 64 x 128 (`_fp8_config`). Block-quantized fp8 keeps ``BLOCK_SIZE_K`` a
 divisor of the quantization block and ``BLOCK_SIZE_N`` at most its N size, as
 vLLM's tuner requires, so the config also runs unchanged in vLLM.
 """
@@ -43,22 +43,32 @@ def default_config(
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     slots_per_expert = M * top_k / E
-    if slots_per_expert <= 8:
-        config = _config(16, 64 if E >= 64 else 128, 128, 1, 4, 4)
-    elif slots_per_expert <= 16:
-        config = _config(32, 128, 128, 16, 4, 3)
-    elif slots_per_expert <= 32:
-        config = _config(64, 128, 64 if E >= 64 else 128, 16, 4, 3)
-    else:
-        config = _config(128, 256, 64, 16, 8, 4)
-
     if dtype == "fp8_w8a8":
-        # One fp8 byte per element: a K step twice as long moves the same bytes.
-        config["BLOCK_SIZE_K"] = 128
-        if config["BLOCK_SIZE_M"] == 128:
-            config["num_stages"] = 3  # 4 stages of 128x128 + 128x256 fp8 tiles: 192 KiB
-        if block_shape is not None:
-            bn, bk = block_shape
-            config["BLOCK_SIZE_K"] = min(128, bk)
-            config["BLOCK_SIZE_N"] = min(config["BLOCK_SIZE_N"], bn)
+        return _fp8_config(slots_per_expert, block_shape)
+    if slots_per_expert <= 8:
+        return _config(16, 64 if E >= 64 else 128, 128, 1, 4, 4)
+    if slots_per_expert <= 16:
+        return _config(32, 128, 128, 16, 4, 3)
+    if slots_per_expert <= 32:
+        return _config(64, 128, 64 if E >= 64 else 128, 16, 4, 3)
+    return _config(128, 256, 64, 16, 8, 4)
+
+
+def _fp8_config(slots_per_expert: float, block_shape: tuple[int, int] | None) -> dict:
+    """fp8 weights: one byte per element, so a 128-deep K step moves what 64 moves in bf16.
+
+    vLLM's published H200 fp8 files (E=256,N=256 and E=128,N=384 block [128,128];
+    E=128,N=1024 per tensor) never go past 64 x 128 tiles with 4 warps: the
+    block-scaled K loop keeps a second fp32 tile live (each step's dot before it is
+    scaled), and a 128 x 128 tile with 8 warps already needs all 255 registers
+    (ptxas, sm_90).
+    """
+    if slots_per_expert <= 16:
+        config = _config(16, 128 if block_shape is not None else 64, 128, 1, 4, 4)
+    else:
+        config = _config(64, 128, 128, 16, 4, 3)
+    if block_shape is not None:
+        bn, bk = block_shape
+        config["BLOCK_SIZE_K"] = min(config["BLOCK_SIZE_K"], bk)
+        config["BLOCK_SIZE_N"] = min(config["BLOCK_SIZE_N"], bn)
     return config

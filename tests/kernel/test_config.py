@@ -56,6 +56,19 @@ def test_tiles_grow_with_the_tokens_per_expert():
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
 
 
+def test_fp8_stops_at_64_by_128_tiles():
+    """Past 64 x 128 the block-scaled fp8 loop runs out of registers (255 at 128 x 128, 8 warps)."""
+    for block_shape in (None, (128, 128)):
+        decode = default_config(1, 256, 256, 7168, 8, "fp8_w8a8", block_shape)
+        prefill = default_config(4096, 256, 256, 7168, 8, "fp8_w8a8", block_shape)
+        assert decode["BLOCK_SIZE_M"] == 16 and decode["BLOCK_SIZE_K"] == 128
+        assert (prefill["BLOCK_SIZE_M"], prefill["BLOCK_SIZE_N"], prefill["num_warps"]) == (
+            64,
+            128,
+            4,
+        )
+
+
 def test_unknown_dtype_is_refused():
     with pytest.raises(ValueError, match="unknown dtype"):
         default_config(1, 8, 64, 64, 2, "fp4")
