@@ -295,23 +295,32 @@ def rule_shared_memory(candidates: list[Candidate], ctx: PruneContext) -> list[C
 
 
 def _keep_smallest_covering(
-    candidates: list[Candidate], param: str, covers: Callable[[Candidate], bool]
+    candidates: list[Candidate],
+    param: str,
+    covers: Callable[[Candidate], bool],
+    kind: Callable[[Candidate], object] = lambda c: None,
 ) -> list[Candidate]:
-    """Among candidates equal except in `param`, drop those covering the problem but the smallest."""
-    smallest: dict[Candidate, int] = {}
+    """Among candidates equal except in `param` (and of the same `kind`), drop those that
+    cover the problem, except the smallest."""
+
+    def anchor(c: Candidate) -> tuple[Candidate, object]:
+        return replace(c, **{param: 16}), kind(c)
+
+    smallest: dict[tuple[Candidate, object], int] = {}
     for c in candidates:
         if covers(c):
-            anchor = replace(c, **{param: 16})
-            smallest[anchor] = min(smallest.get(anchor, getattr(c, param)), getattr(c, param))
-    return [
-        c
-        for c in candidates
-        if not covers(c) or getattr(c, param) == smallest[replace(c, **{param: 16})]
-    ]
+            key = anchor(c)
+            smallest[key] = min(smallest.get(key, getattr(c, param)), getattr(c, param))
+    return [c for c in candidates if not covers(c) or getattr(c, param) == smallest[anchor(c)]]
+
+
+# Hopper's tensor-core paths: Triton uses wgmma for tiles of 64 rows and more, mma.sync below
+# (with one pipeline buffer fewer); tiles are only compared with tiles on the same path.
+WGMMA_MIN_BLOCK_M = 64
 
 
 def rule_block_m_covers_experts(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
-    """BLOCK_SIZE_M at or above the batch size: keep only the smallest such tile.
+    """BLOCK_SIZE_M at or above the batch size: keep only the smallest such tile per MMA path.
 
     An expert receives at most M token slots (each token picks an expert at
     most once), so once BLOCK_SIZE_M >= M every expert that got tokens is
@@ -319,10 +328,17 @@ def rule_block_m_covers_experts(candidates: list[Candidate], ctx: PruneContext) 
     equal but for such a BLOCK_SIZE_M read the same weights and the same
     tokens through the same number of working programs; the larger tile only
     multiplies more padding rows and holds more shared memory and registers.
-    The smallest tile >= M is kept, so the removed ones are dominated by it.
+    That holds within one tensor-core path: Triton compiles tiles of 64 rows
+    and more to wgmma and smaller ones to mma.sync, with a different pipeline
+    depth, so the smallest covering tile of each path is kept (at M=1: 16 and 64).
     """
     m = ctx.batch_size
-    return _keep_smallest_covering(candidates, "BLOCK_SIZE_M", lambda c: c.BLOCK_SIZE_M >= m)
+    return _keep_smallest_covering(
+        candidates,
+        "BLOCK_SIZE_M",
+        lambda c: c.BLOCK_SIZE_M >= m,
+        kind=lambda c: c.BLOCK_SIZE_M >= WGMMA_MIN_BLOCK_M,
+    )
 
 
 def rule_block_n_covers_width(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:

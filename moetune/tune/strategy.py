@@ -11,10 +11,8 @@ tests against a synthetic cost model. Two are offered:
 
   1. seed: the candidates `costmodel` ranks fastest, plus the best configs of
      the nearest smaller batch size already solved, timed at quick fidelity;
-  2. climb: from the few best so far, time every untimed neighbour (one
-     parameter set to any other value, or two tile/stage parameters one step
-     in opposite directions, which keeps shared memory about level) until the
-     best few have no untimed neighbours left;
+  2. climb: from the few best so far, time every untimed neighbour (see
+     `neighbours`) until the best few have no untimed neighbours left;
   3. decide: re-time the best quick results (and any close to the best) at
      full fidelity; the fastest wins;
   4. refine: going back down the batch sizes, offer each the winners of the
@@ -71,9 +69,9 @@ class FastSearchOptions:
     seeds_per_neighbour: int = 4  # best configs of the nearest solved batch size re-timed here
     starts: int = 3  # the climb explores around this many best-so-far candidates
     max_climb_rounds: int = 10
-    finalists: int = 8  # best quick results re-timed at full fidelity (at least) ...
-    finalist_margin: float = 0.05  # ... and any within this fraction of the best quick one ...
-    max_finalists: int = 16  # ... up to this many
+    finalists: int = 10  # best quick results re-timed at full fidelity (at least) ...
+    finalist_margin: float = 0.08  # ... and any within this fraction of the best quick one ...
+    max_finalists: int = 32  # ... up to this many
     exhaustive_below: int = 40  # spaces this small are timed whole, at full fidelity
 
     def __post_init__(self) -> None:
@@ -166,6 +164,8 @@ def exhaustive_search(
 
 # Parameters that trade shared memory against each other: moved in opposite directions in pairs.
 _PAIRED = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_stages")
+# Tiles and warps grow together: a bigger tile wants more warps.
+_TILES = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")
 
 
 def neighbours(
@@ -175,8 +175,10 @@ def neighbours(
 
     A move sets one parameter to any other value (tile quantization makes
     latency jump, not slope, along BLOCK_SIZE_M: a tile that divides the tokens
-    per expert can beat both its neighbours), or moves two paired parameters
-    one step in opposite directions (keeping shared memory about level).
+    per expert can beat both its neighbours); or moves two of the tiles and
+    num_stages one step in opposite directions (keeping shared memory about
+    level); or moves one tile and num_warps one step in the same direction
+    (a bigger tile wants more warps).
     """
     found: list[Candidate] = []
     for name in PARAM_NAMES:
@@ -191,6 +193,14 @@ def neighbours(
                 ja, jb = ia + da, ib - da
                 if 0 <= ja < len(a) and 0 <= jb < len(b):
                     found.append(replace(candidate, **{first: a[ja], second: b[jb]}))
+    warps = values["num_warps"]
+    iw = warps.index(candidate.num_warps)
+    for name in _TILES:
+        tile = values[name]
+        it = tile.index(getattr(candidate, name))
+        for d in (-1, 1):
+            if 0 <= it + d < len(tile) and 0 <= iw + d < len(warps):
+                found.append(replace(candidate, **{name: tile[it + d], "num_warps": warps[iw + d]}))
     return [c for c in dict.fromkeys(found) if c in space]
 
 

@@ -204,26 +204,26 @@ def test_block_quant_rule_needs_block_k_to_divide_the_weight_block():
     assert prune(default_space(), QWEN3_30B, 4096, H200).removed["block_quant"] == 0
 
 
-def test_block_m_rule_keeps_the_smallest_tile_covering_the_batch():
+def test_block_m_rule_keeps_the_smallest_tile_covering_the_batch_per_mma_path():
     report = prune(default_space(), QWEN3_30B, 24, H200)
-    kept_m = {c.BLOCK_SIZE_M for c in report.kept}
-    assert kept_m == {16, 32}  # 16 < 24 kept; 32 covers 24; 64, 128, 256 dominated by 32
-    # Every removed candidate's dominator (same config with BLOCK_SIZE_M 32) is kept.
-    removed = set(
-        prune(default_space(), QWEN3_30B, 24, DeviceLimits(10**9, 132, "big")).kept
-    ) - set(report.kept)
-    for c in removed:
-        if (
-            c.BLOCK_SIZE_M > 32
-            and shared_memory_lower_bound(c, QWEN3_30B) <= H200.shared_memory_per_block
-        ):
-            assert replace(c, BLOCK_SIZE_M=32) in report.kept
+    # 16 < 24 is kept; 32 covers 24 on the mma.sync path, 64 on the wgmma path;
+    # 128 and 256 are dominated by 64.
+    assert {c.BLOCK_SIZE_M for c in report.kept} == {16, 32, 64}
+    limit = H200.shared_memory_per_block
+    fits = {c for c in default_space() if shared_memory_lower_bound(c, QWEN3_30B) <= limit}
+    removed = fits - set(report.kept)
+    assert {c.BLOCK_SIZE_M for c in removed} == {128, 256}
+    assert all(replace(c, BLOCK_SIZE_M=64) in report.kept for c in removed)
+    at_one = {c.BLOCK_SIZE_M for c in prune(default_space(), QWEN3_30B, 1, H200).kept}
+    assert at_one == {16, 64}
     assert prune(default_space(), QWEN3_30B, 4096, H200).removed["block_m_covers_experts"] == 0
 
 
 def test_block_m_rule_never_removes_the_only_covering_tile():
     only_large = [Candidate(128, 64, 64, 1, 4, 2), Candidate(256, 64, 64, 1, 4, 2)]
     assert prune(only_large, QWEN3_30B, 1, H200).kept == [Candidate(128, 64, 64, 1, 4, 2)]
+    small = [Candidate(32, 64, 64, 1, 4, 2), Candidate(64, 64, 64, 1, 4, 2)]
+    assert prune(small, QWEN3_30B, 1, H200).kept == small  # one per MMA path
 
 
 def test_block_n_and_k_rules_apply_to_tiles_wider_and_deeper_than_both_gemms():
