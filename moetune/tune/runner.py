@@ -312,9 +312,11 @@ def run_tune(
 
         choices = {}
         for m, result in found.items():
+            # Every full-fidelity timing of this batch size competes, the default config's
+            # too: the written config is never one measured slower than the default.
             best = result.best
             ranking = ranked(store, context, m, best.fidelity)
-            choices[m] = [best] + [r for r in ranking if r.candidate != best.candidate]
+            choices[m] = ranking if best in ranking else [best, *ranking]
         verified = verify_winners(backend, problem, choices, summary.notes)
 
         if any(d is not None for d in request.devices) or request.backend == "ray":
