@@ -4,7 +4,8 @@
 
 WORK_DIR holds what the script packed: machine.txt, steps.txt, <model>-tune.json
 (`moetune tune --json`), <model>-bench.json (`moetune benchmark --json`, with
-the default config, our file and vLLM's published file) and search/search.json.
+the default config, our file and vLLM's published file) and search/search.json
+(or search.json, as kept in bench/results/tune-h200/).
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ def model_section(work: Path, stem: str, title: str) -> list[str]:
 
 
 def search_section(work: Path) -> list[str]:
-    report = _load(work / "search" / "search.json")
+    report = _load(work / "search" / "search.json") or _load(work / "search.json")
+    if report is not None and "rows" not in report:
+        report = None
     lines = ["## Fast vs exhaustive search", ""]
     if report is None:
         return lines + ["Not run (see search.log).", ""]
