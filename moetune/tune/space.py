@@ -201,11 +201,17 @@ class DeviceLimits:
     shared_memory_per_block: int  # bytes a block may opt in to (Triton's `max_shared_mem`)
     num_sms: int
     name: str
+    compute_capability: tuple[int, int] | None = None  # (9, 0) for Hopper; None if unknown
 
     @classmethod
     def h200(cls) -> DeviceLimits:
         """NVIDIA H200 (Hopper, sm_90): 227 KiB opt-in shared memory per block, 132 SMs."""
-        return cls(shared_memory_per_block=232_448, num_sms=132, name="NVIDIA H200")
+        return cls(
+            shared_memory_per_block=232_448,
+            num_sms=132,
+            name="NVIDIA H200",
+            compute_capability=(9, 0),
+        )
 
     @classmethod
     def from_torch(cls, device_index: int = 0) -> DeviceLimits:
@@ -224,6 +230,7 @@ class DeviceLimits:
             shared_memory_per_block=int(shared),
             num_sms=int(props.multi_processor_count),
             name=props.name,
+            compute_capability=(int(props.major), int(props.minor)),
         )
 
 
@@ -248,22 +255,49 @@ class PruneContext:
     limits: DeviceLimits
 
 
-def shared_memory_lower_bound(candidate: Candidate, problem: TuneProblem) -> int:
+# Hopper's tensor-core paths: Triton uses wgmma for tiles of 64 rows and more, mma.sync below.
+WGMMA_MIN_BLOCK_M = 64
+# Dtypes whose wgmma pipelining was checked (see `shared_memory_lower_bound`).
+_WGMMA_CHECKED_DTYPES = ("bf16", "fp16", "fp8_w8a8")
+
+
+def pipeline_buffers(
+    candidate: Candidate, problem: TuneProblem, limits: DeviceLimits | None = None
+) -> int:
+    """How many copies of its A and B tiles the K loop keeps in shared memory, at least.
+
+    Compiled offline for sm_90 (no GPU needed), moetune's fused-MoE kernel over
+    the whole default grid allocates exactly ``num_stages`` copies with wgmma
+    (BLOCK_SIZE_M >= 64) and ``num_stages - 1`` with mma.sync (BLOCK_SIZE_M 16
+    and 32), in Triton 3.6 (bf16) and 3.9 (bf16, fp8 per-tensor and block). So
+    ``num_stages`` is used only where that was seen (a Hopper device, those
+    dtypes, wgmma tiles) and ``num_stages - 1`` everywhere else, which never
+    overstates: elsewhere Triton keeps at least ``num_stages - 1`` copies too.
+    """
+    hopper = limits is not None and limits.compute_capability == (9, 0)
+    if (
+        hopper
+        and problem.dtype in _WGMMA_CHECKED_DTYPES
+        and candidate.BLOCK_SIZE_M >= WGMMA_MIN_BLOCK_M
+    ):
+        return candidate.num_stages
+    return max(candidate.num_stages - 1, 1)
+
+
+def shared_memory_lower_bound(
+    candidate: Candidate, problem: TuneProblem, limits: DeviceLimits | None = None
+) -> int:
     """Bytes of shared memory the kernel's pipelined A and B tiles need, at least.
 
-    Triton's software pipeliner keeps several copies of each tile the loop
-    loads: on Hopper, Triton 3.9 compiled a plain tiled GEMM (offline, sm_90
-    target, whole default grid) to exactly ``num_stages`` buffers when it uses
-    wgmma (BLOCK_SIZE_M >= 64) and ``num_stages - 1`` when it falls back to
-    mma.sync (BLOCK_SIZE_M 16 or 32). This returns the smaller of the two, so
-    it never overstates what a candidate needs; the epilogue's scratch and the
-    scale tiles of quantized kernels only add to it.
+    `pipeline_buffers` copies of one A tile (BLOCK_SIZE_M x BLOCK_SIZE_K
+    activations) and one B tile (BLOCK_SIZE_K x BLOCK_SIZE_N weights). The
+    epilogue's scratch and the scale tiles of quantized kernels only add to it.
     """
     a_bytes = ACT_BYTES[problem.dtype]
     w_bytes = WEIGHT_BYTES[problem.dtype]
     m, n, k = candidate.BLOCK_SIZE_M, candidate.BLOCK_SIZE_N, candidate.BLOCK_SIZE_K
     per_stage = m * k * a_bytes + k * n * w_bytes
-    return max(candidate.num_stages - 1, 1) * per_stage
+    return pipeline_buffers(candidate, problem, limits) * per_stage
 
 
 def rule_block_quant(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
@@ -291,7 +325,7 @@ def rule_shared_memory(candidates: list[Candidate], ctx: PruneContext) -> list[C
     device's opt-in limit, so every candidate removed here would fail.
     """
     limit = ctx.limits.shared_memory_per_block
-    return [c for c in candidates if shared_memory_lower_bound(c, ctx.problem) <= limit]
+    return [c for c in candidates if shared_memory_lower_bound(c, ctx.problem, ctx.limits) <= limit]
 
 
 def _keep_smallest_covering(
@@ -312,11 +346,6 @@ def _keep_smallest_covering(
             key = anchor(c)
             smallest[key] = min(smallest.get(key, getattr(c, param)), getattr(c, param))
     return [c for c in candidates if not covers(c) or getattr(c, param) == smallest[anchor(c)]]
-
-
-# Hopper's tensor-core paths: Triton uses wgmma for tiles of 64 rows and more, mma.sync below
-# (with one pipeline buffer fewer); tiles are only compared with tiles on the same path.
-WGMMA_MIN_BLOCK_M = 64
 
 
 def rule_block_m_covers_experts(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:

@@ -156,32 +156,38 @@ def test_report_counts_every_rule_in_order():
     assert len(report.kept) + report.total_removed == 1920
 
 
-# Offline Triton 3.9 compiles for sm_90 of a tiled GEMM (see shared_memory_lower_bound):
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) -> shared bytes, bf16.
-TRITON_39_SM90_SHARED = {
-    (64, 64, 64, 4, 2): 32768,
-    (64, 64, 64, 4, 5): 81920,
-    (128, 128, 64, 8, 3): 98304,
-    (128, 256, 128, 8, 2): 196608,
-    (128, 256, 64, 8, 3): 147456,
-    (16, 64, 128, 4, 4): 61440,
+# bench/smem_probe.py: moetune's GEMM kernel compiled offline for sm_90 over the default grid,
+# {"triton <version> <dtype>": {"BMxBNxBKxWARPSxSTAGES": shared bytes or null}}.
+SM90_SHARED = json.loads((Path(__file__).parent / "data" / "sm90_shared_memory.json").read_text())
+PROBE_PROBLEMS = {
+    "bf16": QWEN3_30B,
+    "fp8": TuneProblem(128, 768, 2048, 8, "fp8_w8a8"),
+    "fp8-block": TuneProblem(128, 768, 2048, 8, "fp8_w8a8", (128, 128)),
 }
 
 
-@pytest.mark.parametrize("tile, shared", sorted(TRITON_39_SM90_SHARED.items()))
-def test_shared_memory_bound_never_exceeds_what_triton_allocates(tile, shared):
-    bm, bn, bk, warps, stages = tile
-    bound = shared_memory_lower_bound(Candidate(bm, bn, bk, 1, warps, stages), QWEN3_30B)
-    assert bound <= shared
-    assert bound >= shared * (stages - 1) / stages  # and it is not trivially small
+@pytest.mark.parametrize("label", sorted(SM90_SHARED))
+def test_shared_memory_rule_matches_what_triton_allocates_on_hopper(label):
+    problem = PROBE_PROBLEMS[label.split()[-1]]
+    limit = H200.shared_memory_per_block
+    compiled = {k: v for k, v in SM90_SHARED[label].items() if v is not None}
+    assert len(compiled) >= 200
+    for key, shared in compiled.items():
+        bm, bn, bk, warps, stages = map(int, key.split("x"))
+        candidate = Candidate(bm, bn, bk, 1, warps, stages)
+        hopper_bound = shared_memory_lower_bound(candidate, problem, H200)
+        assert shared_memory_lower_bound(candidate, problem) <= hopper_bound <= shared, key
+        # The rule removes exactly the configs Triton cannot launch on an H200.
+        assert (hopper_bound > limit) == (shared > limit), key
 
 
 def test_shared_memory_rule_removes_exactly_the_oversized():
     report = prune(default_space(), QWEN3_30B, 4096, H200)
     removed = set(default_space()) - set(report.kept)
-    assert report.removed["shared_memory"] == len(removed) == 432
+    assert report.removed["shared_memory"] == len(removed) == 616
     assert all(
-        shared_memory_lower_bound(c, QWEN3_30B) > H200.shared_memory_per_block for c in removed
+        shared_memory_lower_bound(c, QWEN3_30B, H200) > H200.shared_memory_per_block
+        for c in removed
     )
     # 128x256x64 at 4 stages: vLLM's published H200 pick for large M; it fits.
     assert Candidate(128, 256, 64, 16, 8, 4) in report.kept
@@ -191,7 +197,7 @@ def test_shared_memory_rule_removes_exactly_the_oversized():
 
 def test_shared_memory_depends_on_dtype_bytes():
     fp8 = TuneProblem(128, 768, 2048, 8, "fp8_w8a8")
-    big = Candidate(256, 256, 128, 1, 8, 3)  # bf16: 2 x 128 KiB; fp8: 2 x 64 KiB
+    big = Candidate(256, 256, 128, 1, 8, 3)  # wgmma, 3 buffers: bf16 3 x 128 KiB, fp8 3 x 64 KiB
     assert big not in prune([big], QWEN3_30B, 4096, H200).kept
     assert big in prune([big], fp8, 4096, H200).kept
 
@@ -210,7 +216,7 @@ def test_block_m_rule_keeps_the_smallest_tile_covering_the_batch_per_mma_path():
     # 128 and 256 are dominated by 64.
     assert {c.BLOCK_SIZE_M for c in report.kept} == {16, 32, 64}
     limit = H200.shared_memory_per_block
-    fits = {c for c in default_space() if shared_memory_lower_bound(c, QWEN3_30B) <= limit}
+    fits = {c for c in default_space() if shared_memory_lower_bound(c, QWEN3_30B, H200) <= limit}
     removed = fits - set(report.kept)
     assert {c.BLOCK_SIZE_M for c in removed} == {128, 256}
     assert all(replace(c, BLOCK_SIZE_M=64) in report.kept for c in removed)
@@ -270,7 +276,9 @@ def test_pruning_never_removes_the_true_best(problem, seed):
         # Nothing that fits is lost to the shared-memory rule.
         fits = {c for _, c in valid}
         assert not {
-            c for c in fits if shared_memory_lower_bound(c, problem) > H200.shared_memory_per_block
+            c
+            for c in fits
+            if shared_memory_lower_bound(c, problem, H200) > H200.shared_memory_per_block
         }
 
 
@@ -350,5 +358,6 @@ def test_shared_memory_bound_holds_for_moetunes_kernel_compiled_for_hopper(
 ):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     shared = _compile_for_hopper(problem, candidate)
-    bound = shared_memory_lower_bound(candidate, problem)
-    assert bound <= shared <= bound * candidate.num_stages / (candidate.num_stages - 1) + 4096
+    assert shared_memory_lower_bound(candidate, problem) <= shared
+    hopper_bound = shared_memory_lower_bound(candidate, problem, H200)
+    assert hopper_bound <= shared <= hopper_bound + 8192  # fp8 block scales add a little
