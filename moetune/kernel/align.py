@@ -22,6 +22,9 @@ result: the GEMM computes every row on its own.
 Two paths, both without host sync and CUDA-graph capturable:
 - small (M*top_k <= SINGLE_PROGRAM_SLOTS): one program does it all (one launch);
 - large: count per chunk (which also fills the pads), scan, scatter: 3 launches.
+Counting is a `tl.histogram` per chunk; only the scatter uses atomics (relaxed, on
+one cursor per expert). Measured on an H200 (BENCHMARKS.md): 2-6 us up to M = 64,
+2-10 us at M = 256, 8-31 us at M = 4096.
 """
 
 from __future__ import annotations
