@@ -361,3 +361,29 @@ def test_shared_memory_bound_holds_for_moetunes_kernel_compiled_for_hopper(
     assert shared_memory_lower_bound(candidate, problem) <= shared
     hopper_bound = shared_memory_lower_bound(candidate, problem, H200)
     assert hopper_bound <= shared <= hopper_bound + 8192  # fp8 block scales add a little
+
+
+H200_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "tune-h200"
+
+
+@pytest.mark.parametrize(
+    "store, problem",
+    [("qwen3-30b-tp1", QWEN3_30B), ("mixtral-8x7b-tp2", MIXTRAL_TP2)],
+)
+def test_pruning_against_the_h200_run(store, problem):
+    """Real results (bench/results/tune-h200, Triton 3.6): the shared-memory rule keeps every
+    candidate that ran and removes every one that hit OutOfResources."""
+    import gzip
+
+    from moetune.tune.store import Measurement
+
+    with gzip.open(H200_RUN / f"{store}.measurements.jsonl.gz", "rt") as handle:
+        rows = [Measurement.from_json(json.loads(line)) for line in handle if line.strip()]
+    ran = [r for r in rows if r.ok]
+    out_of_resources = [r for r in rows if r.status == "out_of_resources"]
+    assert len(ran) > 1000 and len(out_of_resources) > 50
+    limit = H200.shared_memory_per_block
+    assert all(shared_memory_lower_bound(r.candidate, problem, H200) <= limit for r in ran)
+    assert all(
+        shared_memory_lower_bound(r.candidate, problem, H200) > limit for r in out_of_resources
+    )
