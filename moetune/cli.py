@@ -98,8 +98,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         path = _write_crash_log()
-        click.echo(
-            f"Error: unexpected {type(exc).__name__}: {exc} (traceback in {path})", err=True
-        )
+        click.echo(f"Error: unexpected {type(exc).__name__}: {exc} (traceback in {path})", err=True)
         sys.exit(3)
     sys.exit(0)

@@ -45,7 +45,7 @@ class Roofline:
         return max(self.bytes / bandwidth_bytes_per_s, self.flops / peak_flops_per_s)
 
     def bound(self, bandwidth_bytes_per_s: float, peak_flops_per_s: float) -> str:
-        """"memory" or "compute": which term sets the floor."""
+        """ "memory" or "compute": which term sets the floor."""
         memory = self.bytes / bandwidth_bytes_per_s
         return "memory" if memory >= self.flops / peak_flops_per_s else "compute"
 
