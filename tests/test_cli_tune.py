@@ -74,6 +74,23 @@ def test_dry_run_json(tmp_path):
     assert plan["files"][0] == str(tmp_path / VLLM_NAME)
 
 
+def test_a_model_added_by_a_user_yaml_tunes_without_code_change(tmp_path):
+    # The README's worked example: AcmeMoE is unknown to the built-in registry.
+    acme = Path(__file__).parent.parent / "examples" / "acme"
+    args = ["tune", "--model", str(acme / "config.json"), "--tp", "4", "--ep", "--dry-run"]
+    unknown = moetune([*args, "--save-dir", str(tmp_path)])
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("Error: unknown architecture 'AcmeMoeForCausalLM'")
+    assert unknown.stderr.count("\n") == 1
+
+    known = CliRunner().invoke(
+        cli, [*args, "--save-dir", str(tmp_path), "--mappings", str(acme / "acme.yaml")]
+    )
+    assert known.exit_code == 0, known.output
+    assert "Shape:       E=16,N=2048,K=4096,topk=4,dtype=bf16" in known.output
+    assert "E=16,N=2048,device_name=NVIDIA_H200.json" in known.output
+
+
 def test_bad_model_is_one_line_error(tmp_path):
     result = moetune(["tune", "--model", str(tmp_path / "nope"), "--dry-run"])
     assert result.returncode == 1

@@ -7,19 +7,11 @@ import os
 
 import click
 
+from moetune.commands.options import mappings_options
+
 
 @click.command()
-@click.option(
-    "--mappings",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="Your own moe_mappings.yaml, merged over the built-in one. Env: MOETUNE_MAPPINGS.",
-)
-@click.option(
-    "--replace-mappings",
-    is_flag=True,
-    help="List the --mappings file alone instead of merging it over the built-in one.",
-)
+@mappings_options
 @click.option("--json", "json_", is_flag=True, help="Print JSON for scripts instead of a table.")
 def archs(mappings: str | None, replace_mappings: bool, json_: bool) -> None:
     """List the registry's architecture entries, in matching order.

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from moetune.commands.options import mappings_options
 from moetune.extract.filenames import DTYPE_CHOICES, FALLBACK_DEVICE_NAME, VLLM_SEARCH_PATH
 
 if TYPE_CHECKING:
@@ -58,17 +59,7 @@ if TYPE_CHECKING:
     default=None,
     help="Hub revision (branch, tag or commit); skips the bundled snapshot.",
 )
-@click.option(
-    "--mappings",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="Your own moe_mappings.yaml, merged over the built-in one. Env: MOETUNE_MAPPINGS.",
-)
-@click.option(
-    "--replace-mappings",
-    is_flag=True,
-    help="Use the --mappings file alone instead of merging it over the built-in one.",
-)
+@mappings_options
 @click.option("--json", "json_", is_flag=True, help="Print JSON for scripts instead of tables.")
 def extract(
     model: str,

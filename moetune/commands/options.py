@@ -18,8 +18,24 @@ import click
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp8_w8a8", "int8_w8a16")
 
 
+def mappings_options(command: Callable) -> Callable:
+    """Decorate a click command with --mappings and --replace-mappings (a user's registry)."""
+    command = click.option(
+        "--replace-mappings",
+        is_flag=True,
+        help="Use the --mappings file alone instead of merging it over the built-in one.",
+    )(command)
+    return click.option(
+        "--mappings",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        help="Your own moe_mappings.yaml, merged over the built-in one. Env: MOETUNE_MAPPINGS.",
+    )(command)
+
+
 def model_options(command: Callable) -> Callable:
-    """Decorate a click command with --model, --revision, --tp, --ep, --ep-size, --dtype, --device-name."""
+    """Decorate a click command with --model, --revision, --tp, --ep, --ep-size, --dtype,
+    --device-name, --mappings and --replace-mappings."""
     options = [
         click.option(
             "--model",
@@ -50,7 +66,7 @@ def model_options(command: Callable) -> Callable:
     ]
     for option in reversed(options):
         command = option(command)
-    return command
+    return mappings_options(command)
 
 
 def default_compile_workers(devices: tuple[str | None, ...]) -> int:
@@ -73,31 +89,16 @@ class Resolved:
 
 def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Resolved:
     """The `TuneProblem` and the machine facts for the model options of a command."""
-    from moetune.extract.evaluate import extract_shape
-    from moetune.extract.filenames import (
-        FALLBACK_DEVICE_NAME,
-        installed_triton_version,
-        resolve_kernel_dtype,
-    )
-    from moetune.extract.mappings import load_registry
-    from moetune.extract.sharding import shard
-    from moetune.extract.sources import load_config
+    from moetune.extract.filenames import FALLBACK_DEVICE_NAME, installed_triton_version
+    from moetune.extract.report import build_report
     from moetune.tune.problem import TuneProblem
     from moetune.tune.runner import visible_devices
     from moetune.tune.space import DeviceLimits
 
-    loaded = load_config(options["model"], revision=options.get("revision"))
-    extraction = extract_shape(loaded.config, load_registry())
-    shape = extraction.shape
-    sharded = shard(shape, tp=options["tp"], ep=options["ep"], ep_size=options.get("ep_size"))
-    kernel = resolve_kernel_dtype(shape, options["dtype"])
-    dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
-    problem = TuneProblem.from_sharded(sharded, dtype, kernel.block_shape)
-    notes = [kernel.note] if kernel.note else []
-
     devices = visible_devices(None)
     on_gpu = any(device is not None for device in devices)
     device_name = options.get("device_name")
+    notes: list[str] = []
     if on_gpu:
         import torch
 
@@ -115,6 +116,24 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
                     "no GPU visible: timing on the CPU under the Triton interpreter "
                     "(only useful for testing)"
                 )
+
+    report = build_report(
+        options["model"],
+        tp=options["tp"],
+        ep=options["ep"],
+        ep_size=options.get("ep_size"),
+        dtype=options["dtype"],
+        device_name=device_name,
+        revision=options.get("revision"),
+        mappings=options.get("mappings"),
+        replace_mappings=options.get("replace_mappings", False),
+    )
+    kernel = report.kernel_dtype
+    dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
+    problem = TuneProblem.from_sharded(report.sharded, dtype, kernel.block_shape)
+    if kernel.note:
+        notes.insert(0, kernel.note)
+    loaded = report.loaded
     split = f"TP{options['tp']}" + (
         " EP" if options["ep"] else f" EP{options['ep_size']}" if options.get("ep_size") else ""
     )
