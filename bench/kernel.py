@@ -51,7 +51,7 @@ from moetune.extract.filenames import vllm_config_filename
 from moetune.fileio import atomic_write_json, atomic_write_text
 from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
-from moetune.kernel.config import default_config
+from moetune.kernel.config import CONFIG_KEYS, default_config
 from moetune.kernel.fused_moe import fused_moe
 from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
 from moetune.kernel.naive import naive_fused_moe
@@ -122,16 +122,6 @@ def vllm_config(shape: Shape, dtype: str, block_shape, M: int, device_name: str)
     table = json.loads(path.read_text())
     key = min(table, key=lambda k: abs(int(k) - M))
     return {k: v for k, v in table[key].items() if k in CONFIG_KEYS}
-
-
-CONFIG_KEYS = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-)
 
 
 # %% Timing -------------------------------------------------------------------------------

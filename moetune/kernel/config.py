@@ -15,16 +15,19 @@ from __future__ import annotations
 
 DTYPES = ("bf16", "fp16", "fp8_w8a8", "int8_w8a16")
 
+# The six keys of one batch-size entry in vLLM's and SGLang's tuned-config files, in their order.
+CONFIG_KEYS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+
 
 def _config(bm: int, bn: int, bk: int, group: int, warps: int, stages: int) -> dict:
-    return {
-        "BLOCK_SIZE_M": bm,
-        "BLOCK_SIZE_N": bn,
-        "BLOCK_SIZE_K": bk,
-        "GROUP_SIZE_M": group,
-        "num_warps": warps,
-        "num_stages": stages,
-    }
+    return dict(zip(CONFIG_KEYS, (bm, bn, bk, group, warps, stages), strict=True))
 
 
 def default_config(

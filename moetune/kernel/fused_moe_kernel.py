@@ -60,18 +60,11 @@ import triton
 import triton.language as tl
 
 from moetune.errors import MoetuneError
+from moetune.kernel.config import CONFIG_KEYS
 
 if TYPE_CHECKING:
     import torch
 
-CONFIG_KEYS = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-)
 QUANT_DTYPES = ("fp8_w8a8", "int8_w8a16")
 
 

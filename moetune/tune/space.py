@@ -25,17 +25,11 @@ from typing import Any
 import yaml
 
 from moetune.errors import TuneError
+from moetune.kernel.config import CONFIG_KEYS
 from moetune.roofline import ACT_BYTES, WEIGHT_BYTES
 from moetune.tune.problem import TuneProblem
 
-PARAM_NAMES = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-)
+PARAM_NAMES = CONFIG_KEYS  # the engines' six keys, in their order
 
 # The grid vLLM's benchmark_moe.py and SGLang's tuning_fused_moe_triton.py sweep on CUDA.
 DEFAULT_VALUES: dict[str, tuple[int, ...]] = {
