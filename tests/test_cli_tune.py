@@ -91,6 +91,23 @@ def test_a_model_added_by_a_user_yaml_tunes_without_code_change(tmp_path):
     assert "E=16,N=2048,device_name=NVIDIA_H200.json" in known.output
 
 
+def test_tune_without_a_gpu_or_the_interpreter_stops_before_any_work(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", *tune_args(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: no CUDA GPU visible: timing needs one (--dry-run shows the plan without a GPU; "
+        "TRITON_INTERPRET=1 runs the pipeline on the CPU, for testing only)\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_model_is_one_line_error(tmp_path):
     result = moetune(["tune", "--model", str(tmp_path / "nope"), "--dry-run"])
     assert result.returncode == 1

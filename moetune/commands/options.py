@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from moetune.errors import TuneError
+
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp8_w8a8", "int8_w8a16")
 
 
@@ -106,6 +108,11 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         limits = DeviceLimits.from_torch(0)
     else:
         limits = DeviceLimits.h200()
+        if not dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+            raise TuneError(
+                "no CUDA GPU visible: timing needs one (--dry-run shows the plan without a "
+                "GPU; TRITON_INTERPRET=1 runs the pipeline on the CPU, for testing only)"
+            )
         if device_name is None:
             if dry_run:
                 device_name = FALLBACK_DEVICE_NAME
