@@ -21,8 +21,8 @@ test-gpu:
 	TRITON_INTERPRET=0 MOETUNE_GPU_TESTS=1 $(PYTHON) -m pytest -q
 
 lint:
-	$(PYTHON) -m ruff check moetune tests bench
-	$(PYTHON) -m ruff format --check moetune tests bench
+	$(PYTHON) -m ruff check moetune tests bench scripts
+	$(PYTHON) -m ruff format --check moetune tests bench scripts
 
 bench:
 	$(PYTHON) bench/kernel.py
