@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import platform
@@ -271,7 +272,8 @@ def gemm_only_calls(problem, token_sets, config, dtype, block_shape):
             quant_dtype=quant.dtype if quant else None,
             block_shape=block_shape,
         )
-        invoke_fused_moe_gemm(
+        gemm1 = functools.partial(
+            invoke_fused_moe_gemm,
             a1,
             w1,
             gate_up,
@@ -282,41 +284,24 @@ def gemm_only_calls(problem, token_sets, config, dtype, block_shape):
             top_k=top_k,
             **common,
         )
+        gemm1()  # gate_up now holds what the down GEMM's input is computed from
         a2, a2_scale = quantize_activation(silu_and_mul(gate_up), quant)
+        gemm2 = functools.partial(
+            invoke_fused_moe_gemm,
+            a2,
+            w2,
+            down,
+            a_scale=a2_scale,
+            w_scale=quant.w2_scale if quant else None,
+            topk_weights=weights,
+            mul_routed_weight=True,
+            top_k=1,
+            **common,
+        )
 
-        def call(
-            a1=a1,
-            a1_scale=a1_scale,
-            a2=a2,
-            a2_scale=a2_scale,
-            gate_up=gate_up,
-            down=down,
-            weights=weights,
-            common=common,
-            top_k=top_k,
-        ):
-            invoke_fused_moe_gemm(
-                a1,
-                w1,
-                gate_up,
-                a_scale=a1_scale,
-                w_scale=quant.w1_scale if quant else None,
-                topk_weights=None,
-                mul_routed_weight=False,
-                top_k=top_k,
-                **common,
-            )
-            invoke_fused_moe_gemm(
-                a2,
-                w2,
-                down,
-                a_scale=a2_scale,
-                w_scale=quant.w2_scale if quant else None,
-                topk_weights=weights,
-                mul_routed_weight=True,
-                top_k=1,
-                **common,
-            )
+        def call(gemm1=gemm1, gemm2=gemm2):
+            gemm1()
+            gemm2()
 
         calls.append(call)
     return calls
