@@ -14,7 +14,16 @@ means the same thing:
 
 Intermediates (the gate/up output, the per-slot down output) are left out: a
 perfect kernel would keep them on chip. `bandwidth` and `peak` are measured on
-the machine in the same run (a device copy, a large bf16 matmul), not typed in.
+the machine in the same run, not typed in (`Ceilings`, measured by
+`moetune.tune.ceilings`):
+
+- bandwidth: READ bandwidth, by a streaming-read kernel (`moetune/kernel/stream_read.py`)
+  over 2 GiB: the weights are only read, so a copy's rate (read + write) would set
+  the floor too low. Where the measurement fails, or exceeds the GPU's HBM spec, the
+  spec is used and `bandwidth_source` says so.
+- peak: the dense matmul rate of the dtype the kernel computes in: bf16 for bf16,
+  fp16, int8_w8a16 and int4_w4a16 (weights are dequantized to 16 bits); an fp8
+  e4m3 `torch._scaled_mm` for fp8_w8a8; `torch._int_mm` for int8_w8a8 (8192^3).
 """
 
 from __future__ import annotations
@@ -22,9 +31,106 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bytes per weight element for each kernel dtype string (the engines' names).
-WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp8_w8a8": 1, "int8_w8a16": 1, "int8_w8a8": 1}
+WEIGHT_BYTES = {
+    "bf16": 2,
+    "fp16": 2,
+    "fp8_w8a8": 1,
+    "int8_w8a16": 1,
+    "int8_w8a8": 1,
+    "int4_w4a16": 0.5,
+}
 # Bytes per activation element entering the first GEMM.
-ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8_w8a8": 1, "int8_w8a16": 2, "int8_w8a8": 1}
+ACT_BYTES = {
+    "bf16": 2,
+    "fp16": 2,
+    "fp8_w8a8": 1,
+    "int8_w8a16": 2,
+    "int8_w8a8": 1,
+    "int4_w4a16": 2,
+}
+# Which matmul rate bounds each dtype's compute: the type of the tensor-core operands.
+PEAK_KIND = {
+    "bf16": "bf16",
+    "fp16": "bf16",
+    "int8_w8a16": "bf16",
+    "int4_w4a16": "bf16",
+    "fp8_w8a8": "fp8",
+    "int8_w8a8": "int8",
+}
+# Group size of int4_w4a16 scales along K when the checkpoint does not say (GPTQ/AWQ's usual).
+INT4_GROUP_SIZE = 128
+# HBM bandwidth of the datasheets, bytes/s, by a substring of torch's device name; the
+# fallback when the read bandwidth cannot be measured, and its cap when it can.
+HBM_SPEC_BYTES_PER_S = {
+    "H200": 4.8e12,
+    "H100 NVL": 3.9e12,
+    "H100 PCIe": 2.0e12,
+    "H100": 3.35e12,
+    "H20": 4.0e12,
+    "B200": 8.0e12,
+    "A100-SXM4-80GB": 2.039e12,
+    "A100 80GB PCIe": 1.935e12,
+    "A100": 1.555e12,
+    "L40S": 0.864e12,
+}
+
+
+def hbm_spec(device_name: str) -> float | None:
+    """The datasheet memory bandwidth of a GPU (bytes/s), or None when not in the table."""
+    for key, value in HBM_SPEC_BYTES_PER_S.items():
+        if key in device_name:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The rates a roofline needs on one machine, and where each figure comes from.
+
+    `peaks` maps a `PEAK_KIND` ("bf16", "fp8", "int8") to dense matmul FLOP/s; a kind
+    that could not be measured is absent, and `peak_for` then says what it assumed.
+    """
+
+    read_bandwidth_bytes_per_s: float
+    bandwidth_source: str
+    peaks: dict[str, float]
+    peak_sources: dict[str, str]
+
+    def peak_for(self, dtype: str) -> tuple[float, str]:
+        """(FLOP/s, where it comes from) of the matmul that bounds `dtype`'s compute."""
+        kind = PEAK_KIND.get(dtype, "bf16")
+        if kind in self.peaks:
+            return self.peaks[kind], self.peak_sources.get(kind, "measured")
+        bf16 = self.peaks["bf16"]
+        if kind == "bf16":
+            return bf16, self.peak_sources.get("bf16", "measured")
+        # 8-bit tensor cores run twice the 16-bit rate on every GPU that has them.
+        return 2 * bf16, f"{kind} not measured: assumed 2x the bf16 peak"
+
+    def floor_seconds(self, roof: Roofline, dtype: str) -> float:
+        return roof.floor_seconds(self.read_bandwidth_bytes_per_s, self.peak_for(dtype)[0])
+
+    def to_json(self, dtype: str) -> dict:
+        """The keys a report prints: what the floor of `dtype` is made of."""
+        peak, source = self.peak_for(dtype)
+        return {
+            "read_bandwidth_tb_s": round(self.read_bandwidth_bytes_per_s / 1e12, 3),
+            "bandwidth_source": self.bandwidth_source,
+            "peak_tflops": round(peak / 1e12, 1),
+            "peak_source": source,
+            "peaks_tflops": {kind: round(v / 1e12, 1) for kind, v in self.peaks.items()},
+            # Raw rates, under the names earlier reports used.
+            "bandwidth_bytes_per_s": self.read_bandwidth_bytes_per_s,
+            "peak_flops_per_s": peak,
+        }
+
+    def describe(self, dtype: str) -> str:
+        """One line for a summary: the floor's two ceilings and their sources."""
+        peak, source = self.peak_for(dtype)
+        return (
+            f"floor = max(bytes / {self.read_bandwidth_bytes_per_s / 1e12:.2f} TB/s read "
+            f"({self.bandwidth_source}), flops / {peak / 1e12:.0f} TFLOP/s ({source}))"
+        )
 
 
 def expected_experts_hit(num_tokens: int, num_experts: int, top_k: int) -> float:
@@ -69,7 +175,12 @@ def moe_roofline(
     hit = expected_experts_hit(m, e, top_k)
     weight_elems = 2 * n * k + k * n
     weight_bytes = hit * weight_elems * WEIGHT_BYTES[dtype]
-    if dtype in ("fp8_w8a8", "int8_w8a8", "int8_w8a16"):
+    if dtype == "int4_w4a16":
+        # One 2-byte scale per group of INT4_GROUP_SIZE along K (block_shape[1] when given).
+        group = block_shape[1] if block_shape else INT4_GROUP_SIZE
+        scales = 2 * n * -(-k // group) + k * -(-n // group)
+        weight_bytes += hit * scales * 2
+    elif dtype in ("fp8_w8a8", "int8_w8a8", "int8_w8a16"):
         if block_shape is not None:
             bn, bk = block_shape
             scales = -(-2 * n // bn) * -(-k // bk) + -(-k // bn) * -(-n // bk)

@@ -102,8 +102,8 @@ def test_tune_without_a_gpu_or_the_interpreter_stops_before_any_work(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr == (
-        "Error: no CUDA GPU visible: timing needs one (--dry-run shows the plan without a GPU; "
-        "TRITON_INTERPRET=1 runs the pipeline on the CPU, for testing only)\n"
+        "Error: no CUDA GPU visible: timing needs one (`moetune tune ... --dry-run` shows the "
+        "plan without a GPU; TRITON_INTERPRET=1 runs the pipeline on the CPU, for testing only)\n"
     )
     assert not (tmp_path / "out").exists()
 

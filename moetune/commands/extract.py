@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import click
 
 from moetune.commands.options import mappings_options
-from moetune.extract.filenames import DTYPE_CHOICES, FALLBACK_DEVICE_NAME, VLLM_SEARCH_PATH
+from moetune.commands.texts import DEVICE_NAME_HELP
+from moetune.extract.filenames import DTYPE_CHOICES, VLLM_SEARCH_PATH
 
 if TYPE_CHECKING:
     from moetune.extract.report import ExtractReport
@@ -51,8 +52,7 @@ if TYPE_CHECKING:
 @click.option(
     "--device-name",
     default=None,
-    help="GPU name as torch.cuda.get_device_name() prints it. "
-    f"Default: the first GPU nvidia-smi lists, else {FALLBACK_DEVICE_NAME!r}.",
+    help=DEVICE_NAME_HELP,
 )
 @click.option(
     "--revision",

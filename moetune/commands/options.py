@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from moetune.commands.texts import DEVICE_NAME_HELP
 from moetune.errors import TuneError
 
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp8_w8a8", "int8_w8a16")
@@ -41,6 +42,7 @@ def model_options(command: Callable) -> Callable:
     options = [
         click.option(
             "--model",
+            "-m",
             required=True,
             help="Hugging Face repo id, or a path to a config.json or a model folder.",
         ),
@@ -63,7 +65,7 @@ def model_options(command: Callable) -> Callable:
         ),
         click.option(
             "--device-name",
-            help="GPU name for the file names (default: the first visible GPU's, as torch reports it).",
+            help=DEVICE_NAME_HELP,
         ),
     ]
     for option in reversed(options):
@@ -110,8 +112,9 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         limits = DeviceLimits.h200()
         if not dry_run and os.environ.get("TRITON_INTERPRET") != "1":
             raise TuneError(
-                "no CUDA GPU visible: timing needs one (--dry-run shows the plan without a "
-                "GPU; TRITON_INTERPRET=1 runs the pipeline on the CPU, for testing only)"
+                "no CUDA GPU visible: timing needs one (`moetune tune ... --dry-run` shows the "
+                "plan without a GPU; TRITON_INTERPRET=1 runs the pipeline on the CPU, for "
+                "testing only)"
             )
         if device_name is None:
             if dry_run:

@@ -8,12 +8,13 @@ from pathlib import Path
 import click
 
 from moetune.commands.options import default_compile_workers, model_options, problem_from_options
+from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 
 SEARCHES = ("fast", "exhaustive")
 ENGINE_CHOICES = ("vllm", "sglang", "both")
 
 
-@click.command("tune")
+@click.command("tune", epilog=FLOOR_HELP)
 @model_options
 @click.option(
     "--batch-size",
@@ -41,7 +42,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     type=click.Choice(SEARCHES),
     default="fast",
     show_default=True,
-    help="fast: a few percent of the space, within 2 % of the best; exhaustive: every candidate.",
+    help=SEARCH_HELP,
 )
 @click.option(
     "--space",
@@ -208,6 +209,8 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
             "-" if row.roofline_fraction is None else f"{100 * row.roofline_fraction:.0f} %",
         )
     console.print(table)
+    if summary.ceilings is not None:
+        console.print(summary.ceilings.describe(summary.plan.problem.dtype), markup=False)
     for note in summary.notes:
         console.print(f"Note: {note}", markup=False)
     console.print(

@@ -10,6 +10,8 @@ and tries, in order:
 3. the bundled catalog (``moetune/catalog/org__name.json``, repo id matched
    case-insensitively), unless ``--revision`` is given;
 4. the Hugging Face Hub, unless ``HF_HUB_OFFLINE`` is set (``HF_TOKEN`` is honoured).
+   One quick request first checks that the Hub answers: an unreachable Hub fails
+   in seconds, with the close matches among the bundled and cached models.
 
 The bundled snapshot wins over the Hub: it answers in milliseconds, offline and
 the same way every time, and its provenance is printed. A user who wants the
@@ -181,7 +183,64 @@ def catalog_provenance(file_name: str) -> str | None:
     return None
 
 
+# Seconds the one reachability request to the Hub may take before extract gives up.
+HUB_PROBE_TIMEOUT_S = 3.0
+DEFAULT_HF_ENDPOINT = "https://huggingface.co"
+
+
+def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> tuple[bool, str]:
+    """One HEAD request to the Hub's endpoint (``$HF_ENDPOINT``): (reachable, why not).
+
+    Any HTTP answer, an error status included, means the Hub is there. Made before
+    huggingface_hub is asked, because huggingface_hub retries an unreachable host
+    for about 25 s and logs a line per retry.
+    """
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or DEFAULT_HF_ENDPOINT
+    try:
+        request = urllib.request.Request(endpoint + "/", method="HEAD")
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return True, ""
+    except urllib.error.HTTPError:
+        return True, ""
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return False, f"{endpoint}: {reason}"
+
+
+def cached_repo_ids() -> list[str]:
+    """Repo ids of the models in the local Hugging Face cache (``models--org--name`` folders)."""
+    cache = hf_cache_dir()
+    try:
+        names = [p.name for p in cache.iterdir() if p.name.startswith("models--")]
+    except OSError:
+        return []
+    return sorted(name[len("models--") :].replace("--", "/", 1) for name in names)
+
+
+def close_matches(repo_id: str, limit: int = 3) -> list[str]:
+    """Known repo ids (bundled catalog and HF cache) that look like `repo_id`, best first."""
+    import difflib
+
+    known = {name.lower(): name for name in [*catalog_models(), *cached_repo_ids()]}
+    found = difflib.get_close_matches(repo_id.lower(), list(known), n=limit, cutoff=0.6)
+    return [known[name] for name in found]
+
+
+def _did_you_mean(repo_id: str) -> str:
+    matches = close_matches(repo_id)
+    return f"; did you mean {' or '.join(matches)}?" if matches else ""
+
+
 def _from_hub(repo_id: str, revision: str | None) -> LoadedConfig:
+    reachable, why = hub_reachable()
+    if not reachable:
+        raise ConfigSourceError(
+            f"{repo_id}{_at(revision)} is not in the Hugging Face cache or the bundled "
+            f"snapshots, and the Hub cannot be reached ({why}){_did_you_mean(repo_id)}"
+        )
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -199,6 +258,7 @@ def _from_hub(repo_id: str, revision: str | None) -> LoadedConfig:
         raise ConfigSourceError(
             f"cannot reach the Hugging Face Hub for {where} and it is not cached: check the "
             f"network, or run `hf download {repo_id} {CONFIG_NAME}` where it works"
+            f"{_did_you_mean(repo_id)}"
         ) from None
     except GatedRepoError:
         raise ConfigSourceError(
@@ -207,6 +267,7 @@ def _from_hub(repo_id: str, revision: str | None) -> LoadedConfig:
     except RepositoryNotFoundError:
         raise ConfigSourceError(
             f"{repo_id} is not on the Hugging Face Hub (a private repo needs HF_TOKEN)"
+            f"{_did_you_mean(repo_id)}"
         ) from None
     except RevisionNotFoundError:
         raise ConfigSourceError(f"revision {revision!r} does not exist in {repo_id}") from None

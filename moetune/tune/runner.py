@@ -9,7 +9,8 @@ verify    each winner against the PyTorch reference; a wrong one is never
           written, the next best is checked instead
 write     the vLLM and SGLang files, atomically, schema-validated
 summary   per batch size: config, latency, speedup over the default config,
-          fraction of the roofline floor (ceilings measured on this GPU)
+          fraction of the roofline floor (read bandwidth and the dtype's
+          matmul peak, measured on this GPU: `moetune.tune.ceilings`)
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ class BatchResult:
 
     @property
     def roofline_fraction(self) -> float | None:
-        return None if self.floor_us is None else self.floor_us / self.latency_us
+        """floor / latency, at most 1: a call that beats the floor is reported at 100 %
+        and the summary carries a note that the ceilings were underestimated."""
+        return None if self.floor_us is None else min(1.0, self.floor_us / self.latency_us)
 
 
 @dataclass
@@ -337,9 +340,12 @@ def run_tune(
                 problem.dtype,
                 problem.block_shape,
             )
-            floor_us = 1e6 * roof.floor_seconds(
-                summary.ceilings.bandwidth_bytes_per_s, summary.ceilings.peak_flops_per_s
-            )
+            floor_us = 1e6 * summary.ceilings.floor_seconds(roof, problem.dtype)
+            if pick.latency_us < floor_us:
+                summary.notes.append(
+                    f"M={m}: {pick.latency_us:.1f} us beats the floor {floor_us:.1f} us; "
+                    "the measured ceilings are too low, shown as 100 % of roofline"
+                )
         summary.rows.append(
             BatchResult(m, pick.candidate, pick.latency_us, defaults[m], floor_us, rank, rel_rms)
         )
@@ -382,12 +388,7 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
         "measured": summary.measured,
         "reused": summary.reused,
         "parallel_compile": summary.compile,
-        "ceilings": None
-        if ceilings is None
-        else {
-            "bandwidth_bytes_per_s": ceilings.bandwidth_bytes_per_s,
-            "peak_flops_per_s": ceilings.peak_flops_per_s,
-        },
+        "ceilings": None if ceilings is None else ceilings.to_json(summary.plan.problem.dtype),
         "results": [
             {
                 "batch_size": row.batch_size,

@@ -291,7 +291,7 @@ def shared_memory_lower_bound(
     w_bytes = WEIGHT_BYTES[problem.dtype]
     m, n, k = candidate.BLOCK_SIZE_M, candidate.BLOCK_SIZE_N, candidate.BLOCK_SIZE_K
     per_stage = m * k * a_bytes + k * n * w_bytes
-    return pipeline_buffers(candidate, problem, limits) * per_stage
+    return int(pipeline_buffers(candidate, problem, limits) * per_stage)  # int4: half bytes
 
 
 def rule_block_quant(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:

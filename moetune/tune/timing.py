@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from moetune.roofline import Ceilings  # noqa: F401 - re-exported, the workers' reply type
+
 
 @dataclass(frozen=True)
 class Fidelity:
@@ -51,14 +53,6 @@ class Timing:
     compile_s: float
     replays: int
     calls_per_replay: int
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    """The two rates a roofline needs, measured on this machine."""
-
-    bandwidth_bytes_per_s: float
-    peak_flops_per_s: float
 
 
 def fidelity_of(name: str) -> Fidelity:
@@ -167,49 +161,8 @@ def _time_wall_clock(problem: Any, config: dict, fidelity: str) -> Timing:
     return Timing(median, p20, p80, compile_s, len(samples), 1)
 
 
-def _median_event_ms(fn: Any, repeats: int = 10) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        begin = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        begin.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _copy_bandwidth(device: Any) -> float:
-    import torch
-
-    src = torch.empty(1 << 29, dtype=torch.float32, device=device).uniform_()  # 2 GiB
-    dst = torch.empty_like(src)
-    copy_ms = _median_event_ms(lambda: dst.copy_(src))
-    return 2 * src.numel() * src.element_size() / (copy_ms / 1e3)
-
-
-def _matmul_rate(device: Any, n: int = 8192) -> float:
-    import torch
-
-    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
-    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
-    return 2 * n**3 / (_median_event_ms(lambda: torch.mm(a, b)) / 1e3)
-
-
 def measure_ceilings(device: Any = None) -> Ceilings:
-    """Copy bandwidth (bytes read + written) and dense bf16 matmul rate on the current GPU.
+    """Read bandwidth and matmul peaks of the current GPU (see `moetune.tune.ceilings`)."""
+    from moetune.tune.ceilings import measure_ceilings as measure
 
-    Same method as the kernel benchmark: a 2 GiB device-to-device copy and an
-    8192^3 bf16 matmul on random data, median of timed repeats after warm-up.
-    """
-    import torch
-
-    device = device or torch.device("cuda")
-    ceilings = Ceilings(_copy_bandwidth(device), _matmul_rate(device))
-    torch.cuda.empty_cache()
-    return ceilings
+    return measure(device)

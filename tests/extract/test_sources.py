@@ -36,6 +36,8 @@ def isolated_hf(monkeypatch, tmp_path):
         pytest.fail(f"the Hub was called: {args} {kwargs}")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
+    # The fake Hub is "reachable"; tests/extract/test_hub_unreachable.py covers a dead one.
+    monkeypatch.setattr(sources, "hub_reachable", lambda *args, **kwargs: (True, ""))
 
 
 @pytest.fixture
