@@ -89,5 +89,7 @@ def stream_read_sum(
             programs = 4
     programs = max(1, min(programs, triton.cdiv(max(numel, 1), config.block)))
     partials = torch.empty(programs, dtype=torch.float32, device=x.device)
-    stream_read_kernel[(programs,)](x, partials, numel, BLOCK=config.block, num_warps=config.num_warps)
+    stream_read_kernel[(programs,)](
+        x, partials, numel, BLOCK=config.block, num_warps=config.num_warps
+    )
     return partials.sum()

@@ -52,11 +52,12 @@ def stream_read_bandwidth(device: Any, nbytes: int = READ_BYTES) -> float:
     best = 0.0
     for config in MEASURE_CONFIGS:
         total = stream_read_sum(x, config)
-        if total.item() != x.numel():  # a wrong sum means a wrong read: never trust its rate
-            raise RuntimeError(f"stream-read kernel {config} summed {total.item()}, not {x.numel()}")
+        if abs(total.item() - x.numel()) > 1e-6 * x.numel():  # a wrong sum: a wrong read
+            raise RuntimeError(
+                f"stream-read kernel {config} summed {total.item()}, not {x.numel()}"
+            )
         ms = median_event_ms(lambda config=config: stream_read_sum(x, config))
         best = max(best, nbytes / (ms / 1e3))
-    del x
     return best
 
 
@@ -108,7 +109,9 @@ def int8_peak(device: Any, n: int = MATMUL_SIZE) -> float:
 PEAKS = {"bf16": bf16_peak, "fp8": fp8_peak, "int8": int8_peak}
 
 
-def choose_bandwidth(measured: float | None, spec: float | None, error: str = "") -> tuple[float, str]:
+def choose_bandwidth(
+    measured: float | None, spec: float | None, error: str = ""
+) -> tuple[float, str]:
     """The read bandwidth the floor uses, and a phrase saying where it comes from."""
     if measured is not None and spec is not None and measured > spec:
         return spec, f"HBM spec {spec / 1e12:.2f} TB/s (measured {measured / 1e12:.2f} exceeds it)"
@@ -116,7 +119,9 @@ def choose_bandwidth(measured: float | None, spec: float | None, error: str = ""
         return measured, "measured: stream-read kernel, 2 GiB"
     if spec is not None:
         return spec, f"HBM spec (stream-read kernel failed: {error})"
-    raise RuntimeError(f"read bandwidth: the stream-read kernel failed ({error}) and no spec is known")
+    raise RuntimeError(
+        f"read bandwidth: the stream-read kernel failed ({error}) and no spec is known"
+    )
 
 
 def measure_ceilings(device: Any = None) -> Ceilings:
