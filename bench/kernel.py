@@ -16,8 +16,9 @@ For every shape (bench/shapes.json), dtype and batch size M it measures, in one 
 Each variant is captured in a CUDA graph of several calls whose inputs rotate
 among different token sets (so consecutive calls route differently and small-M
 weights are not served from L2), replayed many times; p20/p50/p80 are per call.
-The floor is `moetune.roofline.moe_roofline` with BW (device copy, bytes read +
-written) and PEAK (8192^3 bf16 matmul) measured at the start of the same run.
+The floor is `moetune.roofline.moe_roofline` with BW (read bandwidth of the
+stream-read kernel, `moetune.tune.ceilings`) and PEAK (8192^3 matmul of the dtype's
+compute type: bf16, fp8 `_scaled_mm`, int8 `_int_mm`) measured at the start of the run.
 
 Without a GPU (TRITON_INTERPRET=1) it times plain calls on the host instead: use
 `--quick` there; those numbers only prove the script runs.
@@ -199,14 +200,30 @@ def time_calls(calls: list, estimate_us: float, on_gpu: bool) -> Timing:
 
 
 def measure_ceilings(device: str, quick: bool) -> dict:
-    """Copy bandwidth (bytes read + written per second) and bf16 matmul rate, measured here."""
-    on_gpu = device == "cuda"
-    copy_bytes = (64 if quick else 2048) * 2**20
+    """Read bandwidth and matmul peaks: moetune's own measurement on a GPU
+    (`moetune.tune.ceilings`: stream-read kernel, bf16/fp8/int8 8192^3 matmuls);
+    on the host a token copy and a small bf16 matmul, only so the script runs."""
+    if device == "cuda" and not quick:
+        from moetune.tune.ceilings import MATMUL_SIZE, READ_BYTES
+        from moetune.tune.ceilings import measure_ceilings as measure
+
+        c = measure()
+        return {
+            "bandwidth_bytes_per_s": c.read_bandwidth_bytes_per_s,
+            "bandwidth_source": c.bandwidth_source,
+            "peak_flops_per_s": c.peaks["bf16"],
+            "peaks_flops_per_s": c.peaks,
+            "peak_sources": c.peak_sources,
+            "read_bytes": READ_BYTES,
+            "matmul_size": MATMUL_SIZE,
+        }
+    copy_bytes = 64 * 2**20
     src = torch.empty(copy_bytes, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
-    size = 512 if quick else 8192
+    size = 512
     a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
     b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    on_gpu = device == "cuda"
 
     def best_us(fn, reps):
         fn()
@@ -228,14 +245,25 @@ def measure_ceilings(device: str, quick: bool) -> dict:
                 samples.append((time.perf_counter() - start) * 1e6)
         return statistics.median(samples)
 
-    copy_us = best_us(lambda: dst.copy_(src), 3 if quick else 20)
-    matmul_us = best_us(lambda: torch.matmul(a, b), 3 if quick else 20)
+    copy_us = best_us(lambda: dst.copy_(src), 3)
+    matmul_us = best_us(lambda: torch.matmul(a, b), 3)
     return {
         "bandwidth_bytes_per_s": 2 * copy_bytes / (copy_us * 1e-6),
+        "bandwidth_source": "quick: copy (read + write), only so the script runs",
         "peak_flops_per_s": 2 * size**3 / (matmul_us * 1e-6),
-        "copy_bytes": copy_bytes,
+        "peaks_flops_per_s": {},
+        "peak_sources": {},
+        "read_bytes": copy_bytes,
         "matmul_size": size,
     }
+
+
+def peak_for(ceilings: dict, dtype: str) -> float:
+    """The matmul peak bounding `dtype` (fp8 / int8 where measured, else bf16's)."""
+    from moetune.roofline import PEAK_KIND
+
+    peaks = ceilings.get("peaks_flops_per_s") or {}
+    return peaks.get(PEAK_KIND.get(dtype, "bf16"), ceilings["peak_flops_per_s"])
 
 
 # %% The measured variants --------------------------------------------------------------
@@ -377,7 +405,7 @@ def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu)
     """Every variant at one (shape, dtype, M); a variant that fails is recorded, not fatal."""
     dtype, block_shape = DTYPES[label]
     roof = moe_roofline(M, shape.E, shape.N, shape.K, shape.top_k, dtype, block_shape)
-    bw, peak = ceilings["bandwidth_bytes_per_s"], ceilings["peak_flops_per_s"]
+    bw, peak = ceilings["bandwidth_bytes_per_s"], peak_for(ceilings, dtype)
     floor_us = roof.floor_seconds(bw, peak) * 1e6
     sets = token_sets_for(problem, M, pool, GPU_TOKEN_SETS if on_gpu else HOST_TOKEN_SETS)
     _, first_ids = topk_routing(sets[0][1], shape.top_k)
@@ -604,8 +632,15 @@ def markdown_report(machine: dict, ceilings: dict, rows: list[dict]) -> str:
         "",
         f"Machine: {machine.get('gpu') or machine.get('cpu')}, torch {machine['torch']}, "
         f"Triton {machine['triton']}, CUDA {machine.get('cuda')}; {machine['date_utc']}.",
-        f"Measured ceilings: copy bandwidth {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s (read + write), "
-        f"bf16 matmul {ceilings['peak_flops_per_s'] / 1e12:.0f} TFLOP/s ({ceilings['matmul_size']}^3).",
+        f"Measured ceilings: read bandwidth {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s "
+        f"({ceilings.get('bandwidth_source', 'copy')}), "
+        f"bf16 matmul {ceilings['peak_flops_per_s'] / 1e12:.0f} TFLOP/s ({ceilings['matmul_size']}^3)"
+        + "".join(
+            f", {kind} {value / 1e12:.0f} TFLOP/s"
+            for kind, value in (ceilings.get("peaks_flops_per_s") or {}).items()
+            if kind != "bf16"
+        )
+        + ".",
         "",
         "Times are p50 us per call (CUDA graph replays); `x floor` = best whole call / roofline floor;",
         "`err` = worst relative RMS error of the timed configs' output against `naive_fused_moe`.",

@@ -37,3 +37,77 @@ def test_fp8_halves_weight_bytes_plus_block_scales():
 def test_unknown_dtype_is_rejected():
     with pytest.raises(ValueError, match="unknown dtype"):
         moe_roofline(1, 8, 64, 64, 2, "fp4")
+
+
+# The floor's ceilings: read bandwidth and the peak of the dtype's matmul.
+
+from moetune.roofline import Ceilings, hbm_spec  # noqa: E402
+from moetune.tune.ceilings import choose_bandwidth  # noqa: E402
+
+
+def ceilings(**peaks):
+    sources = {kind: f"measured: {kind}" for kind in peaks}
+    return Ceilings(4.6e12, "measured: stream-read kernel, 2 GiB", peaks, sources)
+
+
+def test_each_dtype_is_bounded_by_its_own_matmul_peak():
+    c = ceilings(bf16=700e12, fp8=1400e12, int8=1500e12)
+    assert c.peak_for("bf16") == (700e12, "measured: bf16")
+    assert c.peak_for("int8_w8a16")[0] == 700e12  # dequantized to bf16 before the dot
+    assert c.peak_for("int4_w4a16")[0] == 700e12
+    assert c.peak_for("fp8_w8a8") == (1400e12, "measured: fp8")
+    assert c.peak_for("int8_w8a8") == (1500e12, "measured: int8")
+
+
+def test_an_unmeasured_8bit_peak_is_assumed_and_says_so():
+    peak, source = ceilings(bf16=700e12).peak_for("fp8_w8a8")
+    assert peak == 1400e12 and "assumed 2x the bf16 peak" in source
+
+
+def test_fp8_floor_uses_the_fp8_peak():
+    roof = moe_roofline(4096, 8, 7168, 4096, 2, "fp8_w8a8")
+    c = ceilings(bf16=700e12, fp8=1400e12)
+    assert c.floor_seconds(roof, "fp8_w8a8") == pytest.approx(roof.flops / 1400e12)
+
+
+def test_json_says_what_the_floor_is_made_of():
+    j = ceilings(bf16=700e12, fp8=1400e12).to_json("fp8_w8a8")
+    assert j["read_bandwidth_tb_s"] == 4.6
+    assert j["bandwidth_source"] == "measured: stream-read kernel, 2 GiB"
+    assert j["peak_tflops"] == 1400.0 and j["peak_source"] == "measured: fp8"
+
+
+def test_bandwidth_is_measured_capped_at_the_spec_or_the_spec_when_it_fails():
+    assert choose_bandwidth(4.6e12, 4.8e12) == (4.6e12, "measured: stream-read kernel, 2 GiB")
+    bw, source = choose_bandwidth(5.1e12, 4.8e12)
+    assert bw == 4.8e12 and source.startswith("HBM spec 4.80 TB/s")
+    bw, source = choose_bandwidth(None, 4.8e12, "OutOfMemoryError: x")
+    assert bw == 4.8e12 and "OutOfMemoryError" in source
+    with pytest.raises(RuntimeError, match="no spec"):
+        choose_bandwidth(None, None, "boom")
+    assert hbm_spec("NVIDIA H200") == 4.8e12 and hbm_spec("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert hbm_spec("Some GPU") is None
+
+
+def test_int4_weights_are_half_a_byte_plus_group_scales():
+    int4 = moe_roofline(1, 128, 768, 2048, 8, "int4_w4a16")
+    weights = 8 * 3 * 768 * 2048 * 0.5
+    scales = 8 * (2 * 768 * (2048 // 128) + 2048 * (768 // 128)) * 2
+    assert int4.bytes == pytest.approx(weights + scales + 2048 * 2 + 2048 * 2)
+
+
+def test_roofline_fraction_never_exceeds_one():
+    from moetune.tune.runner import BatchResult
+
+    row = BatchResult(
+        8,
+        None,
+        latency_us=10.0,
+        default_latency_us=12.0,
+        floor_us=11.0,
+        verified_rank=0,
+        rel_rms=0.0,
+    )
+    assert row.roofline_fraction == 1.0
+    row = BatchResult(8, None, 20.0, 12.0, 10.0, 0, 0.0)
+    assert row.roofline_fraction == 0.5
