@@ -67,14 +67,14 @@ def main() -> None:
     for config in MEASURE_CONFIGS:
         key = f"read_stream_kernel_b{config.block}_w{config.num_warps}_p{config.programs_per_sm}"
 
-        def run(config=config) -> float:
+        def run(config=config, x=x) -> float:
             total = stream_read_sum(x, config).item()
             assert abs(total - x.numel()) <= 1e-6 * x.numel(), f"wrong sum {total}"
-            ms = c.median_event_ms(lambda: stream_read_sum(x, config), repeats=20)
+            ms = c.median_event_ms(lambda: stream_read_sum(x, config), repeats=20)  # noqa: B023
             return c.READ_BYTES / (ms / 1e3)
 
         attempt(key, run)
-    del x
+    x = None
     torch.cuda.empty_cache()
     attempt("read_stream_kernel_best", lambda: c.stream_read_bandwidth(device))
     attempt("read_torch_sum", lambda: c.torch_sum_bandwidth(device))
