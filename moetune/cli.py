@@ -37,8 +37,27 @@ COMMANDS = [
 ]
 
 
+def summary_line(command: click.Command) -> str:
+    """A command's summary for `moetune --help`: its short_help, else its help's first
+    sentence, whole (click's default cuts it with "..." to fit the terminal)."""
+    if command.short_help:
+        return command.short_help
+    first = (command.help or "").strip().split("\n\n")[0]
+    return " ".join(first.split())
+
+
 class _Cli(click.Group):
     """A group whose commands come from COMMANDS; a missing module is skipped."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, summary_line(command)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)  # wraps long summaries onto more lines, never cuts
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for _, name in COMMANDS if self.get_command(ctx, name) is not None]

@@ -9,6 +9,8 @@ import click
 
 from moetune.commands.options import mappings_options
 
+DESCRIPTION_MIN_WIDTH = 20
+
 
 @click.command()
 @mappings_options
@@ -49,17 +51,27 @@ def archs(mappings: str | None, replace_mappings: bool, json_: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(box=None, pad_edge=False)
-    for column in ("entry", "architectures", "model_types", "description"):
-        table.add_column(column)
-    for row in rows:
-        name = row["name"] + (" (fallback)" if row["fallback"] else "")
-        table.add_row(
-            escape(name),
-            escape("\n".join(row["architectures"]) or "-"),
-            escape(", ".join(row["model_types"]) or "-"),
-            escape(row["description"]),
+    cells = [
+        (
+            row["name"] + (" (fallback)" if row["fallback"] else ""),
+            "\n".join(row["architectures"]) or "-",
+            "\n".join(row["model_types"]) or "-",
+            row["description"],
         )
+        for row in rows
+    ]
+    # Names are never cut or wrapped: their columns are as wide as their longest name,
+    # and only the description wraps. A terminal too narrow even for that wraps the lines.
+    table = Table(box=None, pad_edge=False)
+    widths = []
+    for i, column in enumerate(("entry", "architectures", "model_types")):
+        width = max(len(line) for cell in cells for line in [column, *cell[i].splitlines()])
+        widths.append(width)
+        table.add_column(column, no_wrap=True, min_width=width)
+    table.add_column("description", overflow="fold", min_width=DESCRIPTION_MIN_WIDTH)
+    for cell in cells:
+        table.add_row(*(escape(text) for text in cell))
     console = Console(highlight=False, soft_wrap=True)
-    console.print(table)
+    needed = sum(widths) + DESCRIPTION_MIN_WIDTH + 3  # one space between columns
+    console.print(table, width=max(console.width, needed))
     console.print(f"{len(rows)} entries from {', '.join(registry.source_files)}")
