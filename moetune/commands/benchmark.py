@@ -71,12 +71,18 @@ def nearest_entry(entries: dict[int, Any], batch_size: int) -> Any:
     show_default=True,
     help="Seconds one measurement may take before its worker is killed.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print which config each file gives per batch size, and stop (works without a GPU).",
+)
 @click.option("json_", "--json", is_flag=True, help="Print the results as JSON.")
 def benchmark(
     config_files: tuple[Path, ...],
     batch_sizes: tuple[int, ...],
     gpus: str | None,
     timeout_s: float,
+    dry_run: bool,
     json_: bool,
     **model: Any,
 ) -> None:
@@ -91,7 +97,7 @@ def benchmark(
     from moetune.tune.worker import WorkerPool, WorkUnit
 
     files = {str(path): load_tuned_file(path) for path in config_files}
-    resolved = problem_from_options(model)
+    resolved = problem_from_options(model, dry_run=dry_run)
     for note in resolved.notes:
         click.echo(f"Note: {note}", err=True)
     problem = resolved.problem
@@ -103,6 +109,9 @@ def benchmark(
         picks[m] = {"default": default_candidate(problem, m)}
         for name, entries in files.items():
             picks[m][name] = nearest_entry(entries, m)
+    if dry_run:
+        _print_plan(picks, f"{problem.key()} on {resolved.device_name}")
+        return
     units = [WorkUnit(problem, m, tuple(dict.fromkeys(picks[m].values())), "full") for m in sizes]
     warm = [WorkUnit(problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
     timings: dict[tuple[int, Any], Any] = {}
@@ -162,3 +171,13 @@ def _print_table(rows: list[dict[str, Any]], names: list[str], title: str) -> No
                 cells.append(f"{entry['latency_us']:.1f} ({base / entry['latency_us']:.2f}x)")
         table.add_row(*cells)
     Console(highlight=False).print(table)
+
+
+def _print_plan(picks: dict[int, dict[str, Any]], title: str) -> None:
+    click.echo(f"Would time {title}, per batch size (BLOCK M/N/K, GROUP, warps, stages):")
+    for m, configs in picks.items():
+        cells = ", ".join(
+            f"{Path(name).name if name != 'default' else 'default'} {candidate.short()}"
+            for name, candidate in configs.items()
+        )
+        click.echo(f"  M={m:<5d} {cells}")

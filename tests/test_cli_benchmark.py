@@ -1,0 +1,57 @@
+"""`moetune benchmark` without a GPU: a message that suggests only what exists, and --dry-run."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_FILE = ROOT / "bench" / "vllm_configs" / "E=128,N=768,device_name=NVIDIA_H200.json"
+
+
+def moetune(args, tmp_path, **env):
+    base = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run(
+        [sys.executable, "-m", "moetune", *args],
+        capture_output=True,
+        text=True,
+        env={**base, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT), **env},
+        cwd=tmp_path,
+    )
+
+
+def test_no_gpu_error_suggests_a_command_that_exists(tmp_path):
+    result = moetune(
+        ["benchmark", "-m", "Qwen/Qwen3-30B-A3B", "--config", str(VLLM_FILE)], tmp_path
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: no CUDA GPU")
+    assert "`moetune tune ... --dry-run`" in result.stderr
+    # ...and the command it names takes that flag.
+    dry = moetune(["tune", "-m", "Qwen/Qwen3-30B-A3B", "--batch-size", "1", "--dry-run"], tmp_path)
+    assert dry.returncode == 0, dry.stderr
+
+
+def test_dry_run_shows_the_entry_each_file_gives_per_batch_size(tmp_path):
+    args = [
+        "benchmark",
+        "-m",
+        "Qwen/Qwen3-30B-A3B",
+        "--config",
+        str(VLLM_FILE),
+        "--dry-run",
+        "--device-name",
+        "NVIDIA_H200",
+        "--batch-size",
+        "1",
+        "--batch-size",
+        "100",
+    ]
+    result = moetune(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Would time E=128,N=768,K=2048,topk=8,dtype=bf16 on NVIDIA_H200")
+    # M=100 takes the published file's nearest key (96), as the engines do.
+    assert lines[2].startswith("  M=100   default ")
+    assert lines[2].endswith("E=128,N=768,device_name=NVIDIA_H200.json M16 N128 K128 G1 w4 s2")
+    assert lines[1].endswith("E=128,N=768,device_name=NVIDIA_H200.json M16 N64 K64 G1 w4 s5")
