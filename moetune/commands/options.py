@@ -17,8 +17,9 @@ import click
 
 from moetune.commands.texts import DEVICE_NAME_HELP
 from moetune.errors import TuneError
+from moetune.extract.filenames import TUNABLE_ENGINE_DTYPES
 
-TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp8_w8a8", "int8_w8a16")
+TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", *TUNABLE_ENGINE_DTYPES)
 
 
 def mappings_options(command: Callable) -> Callable:

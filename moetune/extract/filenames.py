@@ -34,6 +34,9 @@ from moetune.extract.shape import MoEShape
 ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")
 UNQUANTIZED = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
 DTYPE_CHOICES = ("auto", "bf16", "fp16", *ENGINE_DTYPES)
+# The quantized dtypes `moetune tune` can tune (its kernel runs them): the one list that
+# `tune --dtype` and every "pass --dtype" suggestion use. A dtype joins when the kernel does.
+TUNABLE_ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a16")
 
 # Used when no GPU is visible; the CLI says so and `--device-name` overrides it.
 FALLBACK_DEVICE_NAME = "NVIDIA H200"
@@ -92,7 +95,7 @@ def resolve_kernel_dtype(shape: MoEShape, requested: str = "auto") -> KernelDtyp
         note=(
             f"quant_method {method!r} runs on kernels that do not read these files "
             "(Marlin, MXFP4...); the names shown are the unquantized kernel's. "
-            f"Pass --dtype ({', '.join(ENGINE_DTYPES)}) to name another."
+            f"Pass --dtype ({', '.join(TUNABLE_ENGINE_DTYPES)}) to name another."
         ),
     )
 
