@@ -10,7 +10,7 @@ A console block the README marks like this is generated, never edited by hand:
 
 Each ``$ `` line is run (``moetune`` is this checkout's ``python -m moetune``; a
 trailing ``| head -n N`` keeps the first N lines) from the repository root, with
-no GPU visible, no network (``HF_HUB_OFFLINE=1``, an empty HF cache) and 100
+no GPU visible, no network (``HF_HUB_OFFLINE=1``, an empty HF cache) and 120
 columns, and its output (stdout and stderr, in order) replaces the lines under it.
 Commands pass ``--device-name`` so the file names do not depend on the machine.
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-WIDTH = "100"
+WIDTH = "120"
 
 BLOCK = re.compile(
     r"(?P<head><!-- moetune-console: (?P<name>[\w.-]+)(?P<attrs>[^>]*?)\s*-->\n```console\n)"
