@@ -82,9 +82,9 @@ def cli() -> None:
 
     \b
     Find the MoE shape of a model (no GPU, no torch needed):
-        moetune extract --model moonshotai/Kimi-K3 --tp 8 --ep
+        moetune extract --model Qwen/Qwen3-30B-A3B --tp 1
     Tune it on this machine's GPUs and write drop-in config files:
-        moetune tune --model moonshotai/Kimi-K3 --tp 8 --ep
+        moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 --save-dir tuned
     """
 
 
