@@ -67,8 +67,10 @@ def model_section(work: Path, stem: str, title: str) -> list[str]:
         )
     if ceilings:
         lines.append(
-            f"Ceilings measured in the run: {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, "
-            f"{ceilings['peak_flops_per_s'] / 1e12:.0f} TFLOP/s bf16."
+            f"Ceilings measured in the run: {ceilings['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s "
+            f"({ceilings.get('bandwidth_source', 'device copy, read + write')}), "
+            f"{ceilings['peak_flops_per_s'] / 1e12:.0f} TFLOP/s "
+            f"({ceilings.get('peak_source', 'bf16 matmul')})."
         )
     lines.append("")
     by_m = {row["batch_size"]: row for row in tune["results"]}
