@@ -135,3 +135,24 @@ def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path):
     assert second.measured == 0 and second.reused == 8
     assert [row.config for row in second.rows] == [row.config for row in first.rows]
     assert len(ResultStore(plan.store_path).all()) == 8
+
+
+def test_summary_json_says_what_the_floor_is_made_of(tmp_path):
+    from moetune.roofline import Ceilings
+    from moetune.tune.runner import BatchResult, TuneSummary, summary_json
+
+    plan = make_plan(
+        request(tmp_path, problem=TuneProblem(4, 32, 64, 2, "fp8_w8a8")), DeviceLimits.h200()
+    )
+    ceilings = Ceilings(
+        4.6e12,
+        "measured: stream-read kernel, 2 GiB",
+        {"bf16": 700e12, "fp8": 1400e12},
+        {"bf16": "m bf16", "fp8": "m fp8"},
+    )
+    summary = TuneSummary(plan, ceilings=ceilings)
+    summary.rows.append(BatchResult(2, A, 10.0, 12.0, 11.0, 0, 0.0))
+    data = summary_json(summary)
+    assert data["ceilings"]["read_bandwidth_tb_s"] == 4.6
+    assert data["ceilings"]["peak_tflops"] == 1400.0 and data["ceilings"]["peak_source"] == "m fp8"
+    assert data["results"][0]["roofline_fraction"] == 1.0
