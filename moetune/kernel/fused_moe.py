@@ -7,7 +7,10 @@
 
 fp8 w8a8 quantizes x before GEMM1 and act before GEMM2 (dynamically, per tensor or
 per token group; for block fp8 the SiLU-and-mul kernel quantizes its own output,
-so act never exists in bf16). One config drives both GEMMs, as in vLLM and SGLang. Every step
+so act never exists in bf16). `config` drives the up GEMM and, as in vLLM, also the down
+GEMM unless `down_config` (SGLang's ``_down.json`` entry) is given; either may carry
+SGLang's ``"USE_TMA"`` (`moetune.kernel.tma`). With TMA on the down GEMM, gate_up and
+act are in sorted, expert-contiguous order, ``len(sorted_token_ids)`` rows. Every step
 is a GPU kernel with static shapes and no host sync, so a call can be captured in
 a CUDA graph.
 """
@@ -23,6 +26,7 @@ from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
 from moetune.kernel.quant import MoEQuant, per_tensor_quant_fp8, per_token_group_quant_fp8
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
+from moetune.kernel.tma import split_configs
 
 if TYPE_CHECKING:
     import torch
@@ -54,6 +58,7 @@ def fused_experts(
     topk_ids: torch.Tensor,
     *,
     config: dict | None = None,
+    down_config: dict | None = None,
     quant: MoEQuant | None = None,
     ids_may_be_nonlocal: bool = False,
 ) -> torch.Tensor:
@@ -65,7 +70,13 @@ def fused_experts(
         w2: [E, K, N] down projections.
         topk_weights: [M, top_k] fp32 routing weights.
         topk_ids: [M, top_k] int32 expert ids.
-        config: one tuned-file entry (the six kernel keys); None: `default_config`.
+        config: one tuned-file entry (the six kernel keys, optionally ``"USE_TMA"``: w1
+            through a TMA descriptor) for the up GEMM; None: `default_config`.
+        down_config: the down GEMM's entry (SGLang's ``_down.json``), same BLOCK_SIZE_M
+            as `config` (else `SplitConfigError`, a ValueError); ``"USE_TMA": true`` makes
+            the up GEMM write sorted rows and the down GEMM read act and w2 through TMA.
+            None: the down GEMM runs on `config`'s tile without TMA (SGLang's
+            ``down_config or config``).
         quant: the weights' quantization; None for bf16/fp16 weights.
         ids_may_be_nonlocal: True when `topk_ids` may hold -1 or ids >= E (experts on
             another expert-parallel rank). Alignment skips those slots, so the
@@ -96,13 +107,18 @@ def fused_experts(
     w1_scale = quant.w1_scale if quant is not None else None
     w2_scale = quant.w2_scale if quant is not None else None
     topk_weights = topk_weights.contiguous()
+    split = split_configs(config, down_config)
 
     sorted_ids, expert_ids, num_post_padded = align_block_size(
-        topk_ids, config["BLOCK_SIZE_M"], num_experts
+        topk_ids, split.up["BLOCK_SIZE_M"], num_experts
     )
     new_buffer = torch.zeros if ids_may_be_nonlocal else torch.empty
     num_slots = num_tokens * top_k
-    gate_up = new_buffer(num_slots, two_n, dtype=x.dtype, device=x.device)
+    # Sorted layout: one row per sorted position. SGLang sizes it M*top_k +
+    # min(M*top_k, E+1)*(BLOCK_SIZE_M-1) because its alignment keeps other ranks'
+    # slots as an extra expert; ours skips them, so its own static bound is exact.
+    gate_up_rows = sorted_ids.shape[0] if split.down_tma else num_slots
+    gate_up = new_buffer(gate_up_rows, two_n, dtype=x.dtype, device=x.device)
     down = new_buffer(num_tokens, top_k, hidden, dtype=x.dtype, device=x.device)
     alignment = dict(
         sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post_padded
@@ -118,9 +134,11 @@ def fused_experts(
         topk_weights=None,
         mul_routed_weight=False,
         top_k=top_k,
-        config=config,
+        config=split.up,
         quant_dtype=quant_dtype,
         block_shape=block_shape,
+        w_use_tma=split.up_tma,
+        c_sorted=split.down_tma,
         **alignment,
     )
     if block_shape is not None:
@@ -137,9 +155,11 @@ def fused_experts(
         topk_weights=topk_weights,
         mul_routed_weight=True,
         top_k=1,
-        config=config,
+        config=split.down,
         quant_dtype=quant_dtype,
         block_shape=block_shape,
+        a_use_tma=split.down_tma,
+        w_use_tma=split.down_tma,
         **alignment,
     )
     return moe_sum(down)
@@ -154,13 +174,16 @@ def fused_moe(
     *,
     renormalize: bool = True,
     config: dict | None = None,
+    down_config: dict | None = None,
     quant: MoEQuant | None = None,
 ) -> torch.Tensor:
     """One MoE layer: route x [M, K] by `router_logits` [M, E] to `top_k` experts and combine.
 
     w1 is [E, 2N, K], w2 [E, K, N]; `config` is a tuned-file entry (None: the
-    default heuristic); `quant` describes quantized weights (None: bf16/fp16).
-    Returns [M, K] in x's dtype.
+    default heuristic) and `down_config` the down GEMM's (see `fused_experts`);
+    `quant` describes quantized weights (None: bf16/fp16). Returns [M, K] in x's dtype.
     """
     topk_weights, topk_ids = topk_routing(router_logits, top_k, renormalize)
-    return fused_experts(x, w1, w2, topk_weights, topk_ids, config=config, quant=quant)
+    return fused_experts(
+        x, w1, w2, topk_weights, topk_ids, config=config, down_config=down_config, quant=quant
+    )

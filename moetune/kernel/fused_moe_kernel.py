@@ -76,19 +76,24 @@ def _round_to_bf16_grid(x):
 
 
 @triton.jit
-def _store_tile(c_ptr, tile, offs_token, token_mask, offs_cn, N, stride_cm, stride_cn):
-    # The output pointers are built only here, after the K loop: a BLOCK_SIZE_M x
-    # BLOCK_SIZE_N tile of 64-bit pointers kept live across the loop costs
-    # registers the pipelined loads need.
-    c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, tile, mask=token_mask[:, None] & (offs_cn[None, :] < N))
+def _store_tile(
+    c_ptr, tile, rows, row_mask, pid_n, N, stride_cm, stride_cn, BLOCK_SIZE_N: tl.constexpr
+):
+    # Built only after the K loop, from int32 row ids: the column offsets and the
+    # 64-bit output offsets are never live across the loop, where an 8-warp
+    # 128 x 256 tile already holds 128 fp32 accumulator registers per thread.
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + (rows.to(tl.int64)[:, None] * stride_cm + offs_cn[None, :] * stride_cn)
+    tl.store(c_ptrs, tile, mask=row_mask[:, None] & (offs_cn[None, :] < N))
 
 
 @triton.jit
 def fused_moe_kernel(
-    # Pointers to matrices
+    # Pointers to matrices; a_desc / w_desc: TMA descriptors of a / w, or None
     a_ptr,
+    a_desc,
     w_ptr,
+    w_desc,
     c_ptr,
     a_scale_ptr,
     w_scale_ptr,
@@ -129,6 +134,7 @@ def fused_moe_kernel(
     USE_FP8_W8A8: tl.constexpr,
     USE_INT8_W8A16: tl.constexpr,
     EVEN_K: tl.constexpr,
+    C_SORTED: tl.constexpr,
     INTERPRETER_BF16: tl.constexpr,
 ):
     # Swizzled program order (tutorial 03, "L2 Cache Optimizations").
@@ -147,24 +153,44 @@ def fused_moe_kernel(
         return
 
     offs_token_id = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M).to(tl.int64)
-    offs_token = tl.load(sorted_token_ids_ptr + offs_token_id).to(tl.int64)
+    # Slot ids stay int32 (they are < M * top_k): they are live across the K loop.
+    offs_token = tl.load(sorted_token_ids_ptr + offs_token_id)
     token_mask = offs_token < num_slots
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N).to(tl.int64)
+    # C_SORTED: the output row is the sorted position (expert-contiguous, padded
+    # layout that a TMA read of the next GEMM's A needs), not the slot.
+    if C_SORTED:
+        c_rows = offs_token_id
+    else:
+        c_rows = offs_token
 
-    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    expert = tl.load(expert_ids_ptr + pid_m)
     if expert == -1:
         # A block of slots routed to no local expert: they contribute nothing.
         zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=COMPUTE_TYPE)
-        _store_tile(c_ptr, zeros, offs_token, token_mask, offs_cn, N, stride_cm, stride_cn)
+        _store_tile(c_ptr, zeros, c_rows, token_mask, pid_n, N, stride_cm, stride_cn, BLOCK_SIZE_N)
         return
 
     # Out-of-range weight columns wrap around instead of being masked: their
     # results are never stored, and the weight loads stay unpredicated.
-    offs_wn = offs_cn % N
+    offs_wn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N).to(tl.int64)) % N
     offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_rows = offs_token // TOP_K
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-    w_ptrs = w_ptr + expert * stride_we + offs_wn[None, :] * stride_wn + offs_k[:, None] * stride_wk
+    # Integer offsets are summed first and added to the base pointer once. Adding a
+    # [BLOCK_SIZE_M, 1] and then a [1, BLOCK_SIZE_K] offset to the pointer makes
+    # ptxas advance every 64-bit pointer with IMAD.WIDE and register moves inside
+    # the K loop (Triton 3.6, sm_90, 128 x 256 x 64: 132 SASS instructions per
+    # iteration instead of 99).
+    if a_desc is None:
+        a_rows = (offs_token // TOP_K).to(tl.int64)
+        a_ptrs = a_ptr + (a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    else:
+        # TMA reads A's rows at their sorted positions (the up GEMM wrote them there).
+        a_rows = offs_token_id
+    if w_desc is None:
+        w_ptrs = (
+            w_ptr
+            + expert.to(tl.int64) * stride_we
+            + (offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn)
+        )
 
     if USE_INT8_W8A16:
         w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn * stride_wsn)
@@ -178,13 +204,24 @@ def fused_moe_kernel(
 
     accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if EVEN_K:
+        # TMA tiles are zero-filled past the tensor's edges: no masks.
+        if a_desc is not None:
+            a = a_desc.load([pid_m * BLOCK_SIZE_M, k * BLOCK_SIZE_K])
+        elif EVEN_K:
             a = tl.load(a_ptrs, mask=token_mask[:, None], other=0.0)
+        else:
+            a = tl.load(
+                a_ptrs,
+                mask=token_mask[:, None] & (offs_k[None, :] < K - k * BLOCK_SIZE_K),
+                other=0.0,
+            )
+        if w_desc is not None:
+            w = w_desc.load([expert, pid_n * BLOCK_SIZE_N, k * BLOCK_SIZE_K])
+            w = w.reshape(BLOCK_SIZE_N, BLOCK_SIZE_K).T
+        elif EVEN_K:
             w = tl.load(w_ptrs)
         else:
-            k_left = K - k * BLOCK_SIZE_K
-            a = tl.load(a_ptrs, mask=token_mask[:, None] & (offs_k[None, :] < k_left), other=0.0)
-            w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
         if INTERPRETER_BF16:
             a = a.to(tl.float32)
             w = w.to(tl.float32)
@@ -197,8 +234,10 @@ def fused_moe_kernel(
             accumulator += tl.dot(a, w) * a_scale[:, None] * w_scale[None, :]
         else:
             accumulator = tl.dot(a, w, acc=accumulator)
-        a_ptrs += BLOCK_SIZE_K * stride_ak
-        w_ptrs += BLOCK_SIZE_K * stride_wk
+        if a_desc is None:
+            a_ptrs += BLOCK_SIZE_K * stride_ak
+        if w_desc is None:
+            w_ptrs += BLOCK_SIZE_K * stride_wk
 
     if MUL_ROUTED_WEIGHT:
         routed_weight = tl.load(topk_weights_ptr + offs_token, mask=token_mask, other=0.0)
@@ -212,12 +251,13 @@ def fused_moe_kernel(
     _store_tile(
         c_ptr,
         accumulator.to(COMPUTE_TYPE),
-        offs_token,
+        c_rows,
         token_mask,
-        offs_cn,
+        pid_n,
         N,
         stride_cm,
         stride_cn,
+        BLOCK_SIZE_N,
     )
 
 
@@ -271,14 +311,26 @@ def invoke_fused_moe_gemm(
     config: dict,
     quant_dtype: str | None,
     block_shape: tuple[int, int] | None,
+    a_use_tma: bool = False,
+    w_use_tma: bool = False,
+    c_sorted: bool = False,
 ) -> torch.Tensor:
     """Launch `fused_moe_kernel` once: ``c[slot] = a[slot // top_k] @ w[expert(slot)].T``.
 
     Shapes and dtypes are in the module docstring; ``c`` may be ``[M, top_k, N]``
     (it is viewed as ``[num_slots, N]``). No host synchronisation: safe inside a
     CUDA graph capture. Returns ``c``.
+
+    SGLang's TMA layout (see `moetune.kernel.tma`):
+    - ``c_sorted``: row ``p`` of ``c`` is sorted position ``p`` (``c`` has
+      ``len(sorted_token_ids)`` rows; ``num_slots = a.shape[0] * top_k``);
+    - ``a_use_tma``: ``a`` is such a sorted-layout tensor, read through a TMA
+      descriptor at the sorted positions (``top_k`` must be 1);
+    - ``w_use_tma``: ``w`` is read through a TMA descriptor.
     """
     import torch
+
+    from moetune.kernel.tma import SplitConfigError, check_tma_quant, make_descriptor
 
     check_config(config, block_shape, quant_dtype)
     if quant_dtype is not None and quant_dtype not in QUANT_DTYPES:
@@ -294,8 +346,23 @@ def invoke_fused_moe_gemm(
     assert a.dim() == 2 and a.shape[1] == k, f"a must be [rows, {k}], got {list(a.shape)}"
     c2 = c.view(-1, c.shape[-1])
     assert c2.shape[1] == n, f"c must have {n} columns, got {c2.shape[1]}"
-    num_slots = c2.shape[0]
-    assert a.shape[0] * top_k == num_slots, "a must have num_slots // top_k rows"
+    if a_use_tma or w_use_tma:
+        check_tma_quant(quant_dtype, block_shape)
+    if a_use_tma and (top_k != 1 or c_sorted):
+        raise SplitConfigError("a TMA-read A is the down GEMM's: top_k must be 1, c unsorted")
+    if c_sorted:
+        num_slots = a.shape[0] * top_k
+        assert c2.shape[0] >= sorted_token_ids.shape[0], (
+            "a sorted c needs one row per sorted position"
+        )
+    else:
+        num_slots = c2.shape[0]
+        if a_use_tma:
+            assert a.shape[0] >= sorted_token_ids.shape[0], (
+                "a TMA-read A needs one row per sorted position"
+            )
+        else:
+            assert a.shape[0] * top_k == num_slots, "a must have num_slots // top_k rows"
     assert c.dtype in (torch.bfloat16, torch.float16), "c must be bf16 or fp16"
     assert sorted_token_ids.dtype == torch.int32 and expert_ids.dtype == torch.int32, (
         "alignment ids must be int32"
@@ -344,6 +411,9 @@ def invoke_fused_moe_gemm(
     elif use_int8_w8a16:
         w_scale_strides = (w_scale.stride(0), w_scale.stride(1), 0)
 
+    bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
+    a_desc = make_descriptor(a, (bm, bk), "A") if a_use_tma else None
+    w_desc = make_descriptor(w, (1, bn, bk), "w") if w_use_tma else None
     compute_type = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
     # Every used row-block holds at least one slot, so at most num_slots blocks are
     # used whatever the static bound of the alignment: a smaller grid at small M.
@@ -351,7 +421,9 @@ def invoke_fused_moe_gemm(
     grid = (triton.cdiv(em, config["BLOCK_SIZE_M"]) * triton.cdiv(n, config["BLOCK_SIZE_N"]),)
     fused_moe_kernel[grid](
         a,
+        a_desc,
         w,
+        w_desc,
         c2,
         a_scale,
         w_scale,
@@ -384,6 +456,7 @@ def invoke_fused_moe_gemm(
         USE_FP8_W8A8=use_fp8,
         USE_INT8_W8A16=use_int8_w8a16,
         EVEN_K=k % config["BLOCK_SIZE_K"] == 0,
+        C_SORTED=c_sorted,
         INTERPRETER_BF16=interpreting() and c.dtype == torch.bfloat16,
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
