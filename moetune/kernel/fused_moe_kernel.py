@@ -171,14 +171,17 @@ def fused_moe_kernel(
         return
 
     # Out-of-range weight columns wrap around instead of being masked: their
-    # results are never stored, and the weight loads stay unpredicated.
-    offs_wn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N).to(tl.int64)) % N
+    # results are never stored, and the weight loads stay unpredicated. Offsets
+    # inside one expert's matrix are int32 (the launcher checks they fit); only the
+    # expert's base offset is 64-bit.
+    offs_wn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
     offs_k = tl.arange(0, BLOCK_SIZE_K)
-    # Integer offsets are summed first and added to the base pointer once. Adding a
-    # [BLOCK_SIZE_M, 1] and then a [1, BLOCK_SIZE_K] offset to the pointer makes
-    # ptxas advance every 64-bit pointer with IMAD.WIDE and register moves inside
-    # the K loop (Triton 3.6, sm_90, 128 x 256 x 64: 132 SASS instructions per
-    # iteration instead of 99).
+    # Integer offsets are summed first and added to the base pointer once, and the
+    # weight offsets are int32. Adding a [BLOCK_SIZE_M, 1] and then a [1, BLOCK_SIZE_K]
+    # offset to the pointer, or 64-bit weight column offsets, make ptxas advance the
+    # 64-bit pointers with IMAD.WIDE and register moves inside the K loop (Triton 3.6,
+    # sm_90, 128 x 256 x 64 bf16: 132 SASS instructions per iteration instead of 99;
+    # vLLM's kernel: 107).
     if a_desc is None:
         a_rows = (offs_token // TOP_K).to(tl.int64)
         a_ptrs = a_ptr + (a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak)
@@ -390,6 +393,10 @@ def invoke_fused_moe_gemm(
     else:
         assert a.dtype == c.dtype and w.dtype == c.dtype, "a, w and c must share a dtype"
 
+    if (n - 1) * w.stride(1) + (k - 1) * w.stride(2) >= 2**31:
+        raise MoetuneError(
+            f"one expert's weight matrix [{n}, {k}] is too large for the kernel's int32 offsets"
+        )
     group_n, group_k = block_shape if block_shape is not None else (0, 0)
     a_scale_strides = (0, 0)
     w_scale_strides = (0, 0, 0)
