@@ -26,7 +26,7 @@ from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
 from moetune.kernel.quant import MoEQuant, per_tensor_quant_fp8, per_token_group_quant_fp8
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
-from moetune.kernel.tma import split_configs
+from moetune.kernel.tma import check_tma_request, split_configs
 
 if TYPE_CHECKING:
     import torch
@@ -108,6 +108,8 @@ def fused_experts(
     w2_scale = quant.w2_scale if quant is not None else None
     topk_weights = topk_weights.contiguous()
     split = split_configs(config, down_config)
+    if split.up_tma or split.down_tma:
+        check_tma_request(quant_dtype, block_shape)  # before any launch
 
     sorted_ids, expert_ids, num_post_padded = align_block_size(
         topk_ids, split.up["BLOCK_SIZE_M"], num_experts

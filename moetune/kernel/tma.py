@@ -102,6 +102,17 @@ def check_tma_quant(quant_dtype: str | None, block_shape: Any) -> None:
     )
 
 
+def check_tma_request(quant_dtype: str | None, block_shape: Any) -> None:
+    """`check_tma_quant`, and refuse TMA when this Triton has no tensor descriptors."""
+    check_tma_quant(quant_dtype, block_shape)
+    if not tma_supported():
+        import triton
+
+        raise SplitConfigError(
+            f"USE_TMA needs triton.tools.tensor_descriptor, which Triton {triton.__version__} lacks"
+        )
+
+
 def check_tma_operand(
     name: str,
     shape: tuple[int, ...],
@@ -136,11 +147,7 @@ def check_tma_operand(
 def make_descriptor(tensor: torch.Tensor, block: tuple[int, ...], name: str):
     """A host-side TMA descriptor of `tensor` with box `block`, after `check_tma_operand`."""
     if not tma_supported():
-        import triton
-
-        raise SplitConfigError(
-            f"USE_TMA needs triton.tools.tensor_descriptor, which Triton {triton.__version__} lacks"
-        )
+        check_tma_request(None, None)  # raises
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     check_tma_operand(
