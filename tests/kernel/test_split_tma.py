@@ -192,30 +192,6 @@ def test_split_without_tma_matches_reference(
 
 
 @needs_tma
-@pytest.mark.parametrize("up_tma,down_tma", [(False, True), (True, True), (True, False)])
-@pytest.mark.parametrize("dtype,block_shape,tol", TMA_DTYPES)
-@pytest.mark.parametrize("M,E,top_k,N,K", SHAPES)
-def test_tma_matches_reference(
-    M, E, top_k, N, K, dtype, block_shape, tol, up_tma, down_tma, poison_empty
-):
-    problem = make_problem(M, E, N, K, top_k, dtype, block_shape, device=DEVICE, seed=M * E)
-    up = dict(UP, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64) if GPU else dict(UP)
-    down = dict(DOWN, BLOCK_SIZE_M=up["BLOCK_SIZE_M"])
-    if M >= 256:
-        up["BLOCK_SIZE_M"] = down["BLOCK_SIZE_M"] = 64
-    args = (problem.x, problem.w1, problem.w2, problem.router_logits, problem.top_k)
-    out = fused_moe(
-        *args,
-        config=dict(up, USE_TMA=up_tma),
-        down_config=dict(down, USE_TMA=down_tma),
-        quant=problem.quant,
-    )
-    ref = naive_fused_moe(*args, quant=problem.quant)
-    tol = 2e-2 if GPU and dtype == "bf16" else tol
-    assert_close(f"tma up={up_tma} down={down_tma} {dtype}", ref, out, tol)
-
-
-@needs_tma
 @pytest.mark.parametrize("dtype,block_shape", [("fp16", None), ("fp8_w8a8", (128, 128))])
 def test_tma_slots_of_other_ranks_add_nothing(dtype, block_shape, poison_empty):
     """Expert parallelism with the sorted layout: other ranks' slots contribute zero."""
@@ -317,3 +293,27 @@ def test_tma_call_captures_in_a_cuda_graph(dtype, block_shape):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(eager, out), "graph replay differs from the eager call"
+
+
+@needs_tma
+@pytest.mark.parametrize("up_tma,down_tma", [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize("dtype,block_shape,tol", TMA_DTYPES)
+@pytest.mark.parametrize("M,E,top_k,N,K", SHAPES)
+def test_tma_matches_reference(
+    M, E, top_k, N, K, dtype, block_shape, tol, up_tma, down_tma, poison_empty
+):
+    problem = make_problem(M, E, N, K, top_k, dtype, block_shape, device=DEVICE, seed=M * E)
+    up = dict(UP, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64) if GPU else dict(UP)
+    down = dict(DOWN, BLOCK_SIZE_M=up["BLOCK_SIZE_M"])
+    if M >= 256:
+        up["BLOCK_SIZE_M"] = down["BLOCK_SIZE_M"] = 64
+    args = (problem.x, problem.w1, problem.w2, problem.router_logits, problem.top_k)
+    out = fused_moe(
+        *args,
+        config=dict(up, USE_TMA=up_tma),
+        down_config=dict(down, USE_TMA=down_tma),
+        quant=problem.quant,
+    )
+    ref = naive_fused_moe(*args, quant=problem.quant)
+    tol = 2e-2 if GPU and dtype == "bf16" else tol
+    assert_close(f"tma up={up_tma} down={down_tma} {dtype}", ref, out, tol)
