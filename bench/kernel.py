@@ -16,6 +16,12 @@ For every shape (bench/shapes.json), dtype and batch size M it measures, in one 
 Each variant is captured in a CUDA graph of several calls whose inputs rotate
 among different token sets (so consecutive calls route differently and small-M
 weights are not served from L2), replayed many times; p20/p50/p80 are per call.
+As in the tuner (moetune/tune/timing.py), the whole call and the GEMM pairs get new
+router logits before every replay, outside the timed region (the GEMM pairs' routing
+weights and alignment are rewritten in place), so every replay routes differently.
+With `--vllm-ref FILE` the GEMM pairs also run on vLLM's `fused_moe_kernel` (source
+file, launcher and shim of bench/parity.py): same inputs and routings, same run, so a
+gap between the two kernels shows here rather than across runs.
 The floor is `moetune.roofline.moe_roofline` with BW (read bandwidth of the
 stream-read kernel, `moetune.tune.ceilings`) and PEAK (8192^3 matmul of the dtype's
 compute type: bf16, fp8 `_scaled_mm`, int8 `_int_mm`) measured at the start of the run.
@@ -137,15 +143,20 @@ def _quantiles(samples: list[float]) -> tuple[float, float, float]:
     return cuts[1], statistics.median(ordered), cuts[7]
 
 
-def time_calls(calls: list, estimate_us: float, on_gpu: bool) -> Timing:
+def time_calls(calls: list, estimate_us: float, on_gpu: bool, refresh=None) -> Timing:
     """Per-call latency of `calls` (zero-argument callables, run in order).
 
     On a GPU: warm up (compiles), capture a CUDA graph of the calls, repeated to
-    about GRAPH_TARGET_US, and time its replays with device events.
+    about GRAPH_TARGET_US, and time its replays with device events. `refresh`, when
+    given, runs before every replay, outside the timed region: it gives the calls new
+    routings in place (the tuner's method, moetune/tune/timing.py), so no two replays
+    route alike and a kernel cannot be timed on one lucky (or unlucky) expert load.
     """
+    refresh = refresh or (lambda: None)
     for call in calls:
         call()  # compile and allocate outside the timed region
     if not on_gpu:
+        refresh()  # exercised here too, untimed
         start = time.perf_counter()
         for call in calls:
             call()
@@ -180,6 +191,7 @@ def time_calls(calls: list, estimate_us: float, on_gpu: bool) -> Timing:
     run()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    refresh()
     start.record()
     run()
     end.record()
@@ -188,6 +200,7 @@ def time_calls(calls: list, estimate_us: float, on_gpu: bool) -> Timing:
     replays = int(min(MAX_REPLAYS, max(MIN_REPLAYS, REPLAY_BUDGET_US / max(first_us, 1.0))))
     samples = []
     for _ in range(replays):
+        refresh()
         start.record()
         run()
         end.record()
@@ -276,16 +289,23 @@ def quantize_activation(a, quant):
     return per_token_group_quant_fp8(a, quant.block_shape[1])
 
 
-def gemm_only_calls(problem, token_sets, config, dtype, block_shape):
-    """Two GEMM launches per token set, on inputs routed, aligned and quantized beforehand."""
+def gemm_only_calls(problem, token_sets, config, dtype, block_shape, gemm=invoke_fused_moe_gemm):
+    """Two GEMM launches per token set, on inputs routed, aligned and quantized beforehand.
+
+    Returns (calls, refresh): `refresh` draws new router logits for every token set and
+    rewrites the routing weights and the alignment in place (fixed-size buffers), so a
+    CUDA graph of the calls replays with a new expert load each time. `gemm` launches one
+    GEMM with `invoke_fused_moe_gemm`'s arguments (vLLM's kernel: bench/parity.py).
+    """
     quant = problem.quant
     w1, w2 = problem.w1, problem.w2
     num_experts, two_n, _ = w1.shape
     hidden = w2.shape[1]
-    calls = []
+    calls, routed = [], []
     for x, logits in token_sets:
         top_k = problem.top_k
         weights, ids = topk_routing(logits, top_k)
+        weights = weights.contiguous()
         sorted_ids, expert_ids, num_post = align_block_size(
             ids, config["BLOCK_SIZE_M"], num_experts
         )
@@ -300,8 +320,9 @@ def gemm_only_calls(problem, token_sets, config, dtype, block_shape):
             quant_dtype=quant.dtype if quant else None,
             block_shape=block_shape,
         )
+        routed.append((logits, weights, sorted_ids, expert_ids, num_post))
         gemm1 = functools.partial(
-            invoke_fused_moe_gemm,
+            gemm,
             a1,
             w1,
             gate_up,
@@ -315,7 +336,7 @@ def gemm_only_calls(problem, token_sets, config, dtype, block_shape):
         gemm1()  # gate_up now holds what the down GEMM's input is computed from
         a2, a2_scale = quantize_activation(silu_and_mul(gate_up), quant)
         gemm2 = functools.partial(
-            invoke_fused_moe_gemm,
+            gemm,
             a2,
             w2,
             down,
@@ -332,7 +353,33 @@ def gemm_only_calls(problem, token_sets, config, dtype, block_shape):
             gemm2()
 
         calls.append(call)
-    return calls
+
+    def refresh():
+        for logits, weights, sorted_ids, expert_ids, num_post in routed:
+            new_weights, new_ids = topk_routing(torch.randn_like(logits), problem.top_k)
+            aligned = align_block_size(new_ids, config["BLOCK_SIZE_M"], num_experts)
+            weights.copy_(new_weights)
+            for buffer, value in zip((sorted_ids, expert_ids, num_post), aligned, strict=True):
+                buffer.copy_(value)
+
+    return calls, refresh
+
+
+def whole_calls(problem, token_sets, config, top_k):
+    """`fused_moe` per token set on its own logits buffer, and a refresh that redraws them."""
+    owned = [(x, logits.clone()) for x, logits in token_sets]
+    calls = [
+        lambda x=x, logits=logits: fused_moe(
+            x, problem.w1, problem.w2, logits, top_k, config=config, quant=problem.quant
+        )
+        for x, logits in owned
+    ]
+
+    def refresh():
+        for _, logits in owned:
+            logits.normal_()
+
+    return calls, refresh
 
 
 def grouped_mm_calls(problem, token_sets):
@@ -401,7 +448,7 @@ def token_sets_for(problem, M: int, pool: int, count: int):
     return sets
 
 
-def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu):
+def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu, vllm_gemm=None):
     """Every variant at one (shape, dtype, M); a variant that fails is recorded, not fatal."""
     dtype, block_shape = DTYPES[label]
     roof = moe_roofline(M, shape.E, shape.N, shape.K, shape.top_k, dtype, block_shape)
@@ -458,20 +505,7 @@ def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu)
         variants.append(
             (
                 f"whole_{name}",
-                lambda config=config: [
-                    (
-                        lambda x=x, logits=logits: fused_moe(
-                            x,
-                            problem.w1,
-                            problem.w2,
-                            logits,
-                            shape.top_k,
-                            config=config,
-                            quant=problem.quant,
-                        )
-                    )
-                    for x, logits in sets
-                ],
+                lambda config=config: whole_calls(problem, sets, config, shape.top_k),
             )
         )
         variants.append(
@@ -480,6 +514,15 @@ def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu)
                 lambda config=config: gemm_only_calls(problem, sets, config, dtype, block_shape),
             )
         )
+        if vllm_gemm is not None:
+            variants.append(
+                (
+                    f"gemms_{name}_vllmkernel",
+                    lambda config=config: gemm_only_calls(
+                        problem, sets, config, dtype, block_shape, gemm=vllm_gemm
+                    ),
+                )
+            )
     variants += glue_variants(problem, sets, configs["default"], block_shape)
     if problem.quant is None:
         variants.append(("grouped_mm", lambda: grouped_mm_calls(problem, sets)))
@@ -489,7 +532,9 @@ def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu)
     for variant, make_calls in variants:
         estimate_us = GLUE_ESTIMATE_US if variant.startswith("glue_") else floor_us
         try:
-            timing = time_calls(make_calls(), estimate_us, on_gpu)
+            made = make_calls()
+            calls, refresh = made if isinstance(made, tuple) else (made, None)
+            timing = time_calls(calls, estimate_us, on_gpu, refresh)
             row["timings"][variant] = dict(timing.__dict__)
         except Exception as exc:  # noqa: BLE001 - one failed variant must not end the run
             row["errors"][variant] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -539,6 +584,8 @@ def table_lines(rows: list[dict], markdown: bool) -> list[str]:
         "x floor",
         "gemms def",
         "gemms vllm",
+        "gemms def vK",
+        "gemms vllm vK",
         "grouped_mm",
         "err",
     ]
@@ -557,6 +604,8 @@ def table_lines(rows: list[dict], markdown: bool) -> list[str]:
                 "-" if xf is None else f"{xf:.2f}",
                 _us(row, "gemms_default"),
                 _us(row, "gemms_vllm"),
+                _us(row, "gemms_default_vllmkernel"),
+                _us(row, "gemms_vllm_vllmkernel"),
                 _us(row, "grouped_mm"),
                 _error(row),
             ]
@@ -642,7 +691,9 @@ def markdown_report(machine: dict, ceilings: dict, rows: list[dict]) -> str:
         )
         + ".",
         "",
-        "Times are p50 us per call (CUDA graph replays); `x floor` = best whole call / roofline floor;",
+        "Times are p50 us per call (CUDA graph replays, new routings before every replay, as the",
+        "tuner times); `x floor` = best whole call / roofline floor; `vK` = the same GEMMs on",
+        "vLLM's kernel (`--vllm-ref`), same inputs, same run;",
         "`err` = worst relative RMS error of the timed configs' output against `naive_fused_moe`.",
         "",
         *table_lines(rows, markdown=True),
@@ -691,6 +742,11 @@ def parse_args(argv):
         "--quick", action="store_true", help="the tiny shape at M = 1 and 8 (CPU-friendly)"
     )
     parser.add_argument("--out", help="results folder (default: bench/results/<UTC time>)")
+    parser.add_argument(
+        "--vllm-ref",
+        help="file with vLLM's fused_moe_kernel source (see bench/parity.py): also time the "
+        "GEMMs on vLLM's kernel, same inputs, same run",
+    )
     return parser.parse_args(argv)
 
 
@@ -712,6 +768,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / stamp
 
+    vllm_gemm = None
+    if args.vllm_ref:
+        import parity  # bench/parity.py, next to this script
+
+        if Path(args.vllm_ref).exists():
+            vllm_gemm = parity.vllm_launcher(parity.load_vllm_kernel(Path(args.vllm_ref)))
+        else:
+            print(f"no {args.vllm_ref}: vLLM's kernel is left out", flush=True)
     machine = machine_info(device)
     device_name = machine.get("gpu") or "NVIDIA H200"
     started = time.perf_counter()
@@ -740,7 +804,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for M in batch_sizes:
                 try:
                     row = measure_point(
-                        problem, shape, label, M, pool, ceilings, device_name, on_gpu
+                        problem, shape, label, M, pool, ceilings, device_name, on_gpu, vllm_gemm
                     )
                 except Exception:  # noqa: BLE001 - report and go on with the next point
                     traceback.print_exc()
