@@ -33,6 +33,14 @@ Arrays of one launch (``slot = token * top_k + k``; ``num_slots = M * top_k``):
 | ``expert_ids`` | ``[EM // BLOCK_SIZE_M]`` | int32 | expert of each row-block; -1: write zeros |
 | ``num_tokens_post_padded`` | ``[1]`` | int32 | used length of ``sorted_token_ids``; blocks past it exit |
 
+SGLang's TMA layout (`moetune.kernel.tma`, launch flags of `invoke_fused_moe_gemm`):
+``C_SORTED`` stores row ``p`` of C at sorted position ``p`` instead of slot
+``sorted_token_ids[p]`` (an expert-contiguous, BLOCK_SIZE_M-padded layout with
+``len(sorted_token_ids)`` rows); ``a_desc`` reads such an A through a TMA descriptor,
+one [BLOCK_SIZE_M, BLOCK_SIZE_K] box per step at the block's sorted position; ``w_desc``
+reads the weight tile [1, BLOCK_SIZE_N, BLOCK_SIZE_K] through a descriptor. TMA
+zero-fills boxes past a tensor's edge, so those loads take no masks.
+
 Quantization paths (``quant_dtype``): None (bf16/fp16 tensor cores); ``"fp8_w8a8"``
 per-tensor (fp8 x fp8 tensor-core dot, both scales applied once at the end);
 ``"fp8_w8a8"`` with ``block_shape=(block_n, block_k)`` (per-token-group activation
