@@ -115,11 +115,12 @@ def planned_files(
     engines: Sequence[str],
 ) -> tuple[Path, ...]:
     """The paths `write_engine_files` writes, known before any work."""
-    from moetune.tune.output import engine_file_path
+    from moetune.tune.output import engine_file_paths
 
     return tuple(
-        engine_file_path(engine, problem, device_name, triton_version, save_dir)
+        path
         for engine in engines
+        for path in engine_file_paths(engine, problem, device_name, triton_version, save_dir)
     )
 
 
@@ -225,6 +226,7 @@ def ranked(
             m.problem_key == key
             and m.batch_size == batch_size
             and m.fidelity == fidelity
+            and m.kind == "whole"
             and m.device_name == context.device_name
             and m.triton_version == context.triton_version
         ):
