@@ -17,9 +17,11 @@ GEMM timings, all see the same routings.
   block-padded layout the up GEMM writes when the down GEMM uses TMA;
 - `pair`/`whole`: `fused_experts` with ``config`` and ``down_config``.
 
-A TMA probe the device cannot run (no CUDA, compute capability below 9.0, no
-tensor descriptors in Triton, or no TMA path in the kernel) is answered
-``unsupported`` with the reason, which the store records; the tuner moves on.
+A TMA probe that cannot run here (compute capability below 9.0, no tensor
+descriptors in this Triton, no TMA path in the kernel, or a dtype SGLang does
+not run with TMA) is answered ``unsupported`` with the reason, which the store
+records; the tuner moves on. Triton's interpreter emulates descriptors, so the
+CPU runs TMA probes when its Triton has them.
 
 Without CUDA the slots are timed one eager call at a time (wall clock), which
 only ranks candidates for tests.
@@ -59,27 +61,41 @@ def _gemm_tma_parameters() -> frozenset[str]:
     from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
 
     names = set(inspect.signature(invoke_fused_moe_gemm).parameters)
-    return frozenset(names & {"a_use_tma", "b_use_tma", "c_sorted"})
+    return frozenset(names & {"a_use_tma", "w_use_tma", "c_sorted"})
 
 
-def tma_unsupported_reason(device: Any) -> str | None:
-    """Why TMA cannot run here, or None when it can."""
-    import torch
+def tma_unsupported_reason(device: Any, quant_dtype: str | None, block_shape: Any) -> str | None:
+    """Why TMA cannot run here (device, Triton, kernel or dtype), or None when it can.
 
-    if device.type != "cuda":
-        return (
-            "TMA needs a CUDA GPU (compute capability 9.0+); not run on the CPU "
-            "or in Triton's interpreter"
-        )
-    major, minor = torch.cuda.get_device_capability(device)
-    if major < 9:
-        return f"TMA needs compute capability 9.0+, this GPU has {major}.{minor}"
-    try:
-        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
-    except ImportError:
-        return "this Triton has no host tensor descriptors (triton.tools.tensor_descriptor)"
-    if not _fused_experts_takes_down_config():
+    Triton's interpreter emulates tensor descriptors, so on the CPU TMA runs (slowly)
+    whenever this Triton has them; on a GPU it needs compute capability 9.0+.
+    """
+    if (
+        not _fused_experts_takes_down_config()
+        or not {
+            "a_use_tma",
+            "w_use_tma",
+            "c_sorted",
+        }
+        <= _gemm_tma_parameters()
+    ):
         return "moetune's kernel has no split-config/TMA path (fused_experts takes no down_config)"
+    from moetune.kernel.tma import SplitConfigError, check_tma_quant, tma_supported
+
+    if not tma_supported():
+        import triton
+
+        return f"Triton {triton.__version__} has no host tensor descriptors"
+    try:
+        check_tma_quant(quant_dtype, block_shape)
+    except SplitConfigError as exc:
+        return str(exc)
+    if device.type == "cuda":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 9:
+            return f"TMA needs compute capability 9.0+, this GPU has {major}.{minor}"
     return None
 
 
@@ -265,8 +281,7 @@ class _Bench:
         )
         if self.kind == "up":
             self.a, self.a_scale = _quantize(x, quant)
-            rows = padded if self.item.use_tma else slots
-            self.c = torch.empty(rows, 2 * p.intermediate_size, dtype=x.dtype, device=x.device)
+            self.c = torch.empty(slots, 2 * p.intermediate_size, dtype=x.dtype, device=x.device)
             self.w, self.w_scale = data.w1, quant.w1_scale if quant is not None else None
         else:
             rows = padded if self.item.use_tma else slots
@@ -303,14 +318,9 @@ class _Bench:
         up = self.kind == "up"
         extra = {}
         if probe.use_tma:
-            missing = {"b_use_tma", "c_sorted"} if up else {"a_use_tma", "b_use_tma"}
-            if not missing <= _gemm_tma_parameters():
-                raise Unsupported("moetune's GEMM launcher has no TMA arguments yet")
-            extra = (
-                {"b_use_tma": True, "c_sorted": True}
-                if up
-                else {"a_use_tma": True, "b_use_tma": True}
-            )
+            # up: w1 through a descriptor (SGLang PR #33559), output unsorted as SGLang's
+            # tuner times it; down: the sorted-layout A and w2 through descriptors.
+            extra = {"w_use_tma": True} if up else {"a_use_tma": True, "w_use_tma": True}
         return invoke_fused_moe_gemm(
             self.a,
             self.w,
@@ -420,7 +430,12 @@ def measure_probe(
 ) -> Outcome:
     """One worker measurement of `item` (a `Probe`, or a candidate under a routing dump)."""
     if isinstance(item, Probe) and item.uses_tma:
-        reason = tma_unsupported_reason(data.x.device)
+        quant = data.quant
+        reason = tma_unsupported_reason(
+            data.x.device,
+            quant.dtype if quant is not None else None,
+            quant.block_shape if quant is not None else None,
+        )
         if reason is not None:
             return Outcome(item, "unsupported", error=reason)
     try:
