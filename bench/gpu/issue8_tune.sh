@@ -8,8 +8,11 @@
 #   and one `moetune tune --engine sglang` of Qwen3-30B TP1 with --routing from a skewed
 #   synthetic dump (generated here), with its wall time.
 #
-# What is cut to fit: a narrowed search space (bench/gpu/issue8_space_{bf16,fp8}.json, 192
-# and 144 candidates instead of 1,920; fast search), and the batch sizes run in two groups
+# What is cut to fit: the search space, narrowed to 20 (bf16) and 18 (fp8 block) configs taken
+# from vLLM's and SGLang's published H200 files, spread over BLOCK_SIZE_M 16..128
+# (bench/gpu/issue8_space_{bf16,fp8}.json; under 40 candidates fast search times them all at
+# full fidelity, each as the whole call, the up GEMM, the down GEMM and the down GEMM with TMA),
+# instead of 1,920; and the batch sizes run in two groups
 # per shape: M >= 512 first (where the down GEMM dominates and the issue's target lies), then
 # M < 512 with the time left. A group cut by its limit keeps its measurements in the store
 # (rerun the same command to resume) but writes no files and no pair rows for that group.
