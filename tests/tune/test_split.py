@@ -169,3 +169,122 @@ def test_use_tma_is_sglang_only_and_required_in_down_tables(payload, engine, dow
 def test_vllm_has_no_down_table():
     with pytest.raises(TuneError, match="vllm reads no separate down-GEMM table"):
         validate_tuned_config({"1": {**ENTRY, "USE_TMA": False}}, "vllm", down=True)
+
+
+# tune_split's orchestration (fast search, filling, confirming) over a scripted GPU.
+
+
+class ScriptedGPU:
+    """Analytic per-GEMM and whole-call latencies for probes; `pair_penalty` shifts pairs."""
+
+    UP = {16: 10.0, 32: 8.0, 64: 9.0}
+    DOWN = {16: 5.0, 32: 7.0, 64: 4.0}
+
+    def __init__(self, pair_penalty=0.0):
+        self.pair_penalty = pair_penalty
+        self.calls = []
+
+    def gemm(self, kind, c, tma):
+        base = (self.UP if kind == "up" else self.DOWN)[c.BLOCK_SIZE_M]
+        shape = 0.01 * abs(c.BLOCK_SIZE_N - 128) / 32 + 0.01 * abs(c.BLOCK_SIZE_K - 64) / 32
+        return base + shape + 0.001 * c.GROUP_SIZE_M - (2.0 if tma else 0.0)
+
+    def latency(self, probe):
+        if probe.kind in ("up", "down"):
+            return self.gemm(probe.kind, probe.candidate, probe.use_tma)
+        total = self.gemm("up", probe.candidate, probe.use_tma)
+        total += self.gemm("down", probe.down, probe.down_tma)
+        return total + (0.0 if probe == Probe.single(probe.candidate) else self.pair_penalty)
+
+    def measure(self, batch_size, probes, fidelity):
+        from moetune.tune.store import Measurement
+
+        out = {}
+        for probe in probes:
+            self.calls.append((batch_size, probe, fidelity))
+            us = self.latency(probe)
+            out[probe] = Measurement(
+                "p", batch_size, probe, fidelity, "ok", us, us, us, 0.1, None, "gpu", "3.6.0",
+                "0", 0.0,
+            )  # fmt: skip
+        return out
+
+
+class PassingBackend:
+    def __init__(self):
+        self.verified = []
+
+    def run(self, units):
+        from moetune.tune.worker import Outcome
+
+        for unit in units:
+            for candidate in unit.candidates:
+                self.verified.append((unit.batch_size, candidate))
+                yield unit, Outcome(candidate, "ok", rel_rms=0.001)
+
+
+def split_plan(tmp_path, search="fast"):
+    from moetune.tune.runner import TuneRequest, make_plan
+    from moetune.tune.space import DeviceLimits, grid
+
+    space = grid(
+        {
+            "BLOCK_SIZE_M": [16, 32, 64],
+            "BLOCK_SIZE_N": [32, 64, 128, 256],
+            "BLOCK_SIZE_K": [32, 64, 128],
+            "GROUP_SIZE_M": [1, 16],
+            "num_warps": [4],
+            "num_stages": [3, 4],
+        }
+    )
+    request = TuneRequest(
+        problem=TuneProblem(64, 256, 1024, 4, "bf16"),
+        batch_sizes=(256, 512),
+        space=tuple(space),
+        save_dir=tmp_path,
+        engines=("sglang",),
+        search=search,
+        device_name="gpu",
+        triton_version="3.6.0",
+    )
+    return make_plan(request, DeviceLimits.h200())
+
+
+@pytest.mark.parametrize("search", ["fast", "exhaustive"])
+def test_tune_split_picks_the_block_m_of_the_smallest_sum_and_confirms_it(tmp_path, search):
+    from moetune.tune.split_search import tune_split
+
+    plan = split_plan(tmp_path, search)
+    single = Candidate(32, 128, 64, 1, 4, 3)
+    gpu, backend, notes = ScriptedGPU(), PassingBackend(), []
+    results = tune_split(plan, gpu, backend, {256: single, 512: single}, notes)
+    for result in results:
+        # Sums per BLOCK_SIZE_M: 16: 10 + 3, 32: 8 + 5, 64: 9 + 2 (down with TMA): 64 wins.
+        assert result.choice.block_m == 64 and result.split
+        assert result.up_entry()["BLOCK_SIZE_M"] == result.down_entry()["BLOCK_SIZE_M"] == 64
+        assert result.down_entry()["USE_TMA"] is True and "USE_TMA" not in result.up_entry()
+        assert result.up_entry()["BLOCK_SIZE_N"] == 128  # the per-GEMM optimum, found
+        assert result.pair_us < result.single_us
+    # Each written pair was checked against the reference; nothing else was.
+    assert sorted(m for m, _ in backend.verified) == [256, 512]
+    full_pairs = [c for c in gpu.calls if c[1].kind == "pair"]
+    assert all(fidelity == "full" for _, _, fidelity in full_pairs)
+    if search == "fast":  # fast search timed only part of each GEMM's 144-config space
+        ups = {c[1] for c in gpu.calls if c[1].kind == "up" and c[0] == 256}
+        assert len(ups) < 144
+
+
+def test_tune_split_keeps_the_single_config_when_the_pair_is_slower_as_a_whole(tmp_path):
+    from moetune.tune.split_search import tune_split
+
+    plan = split_plan(tmp_path, "exhaustive")
+    single = Candidate(32, 128, 64, 1, 4, 3)
+    backend = PassingBackend()
+    results = tune_split(
+        plan, ScriptedGPU(pair_penalty=50.0), backend, {256: single, 512: single}, []
+    )
+    for result in results:
+        assert not result.split and result.pair_us > result.single_us
+        assert result.up_entry() == single.as_config()
+        assert result.down_entry() == {**single.as_config(), "USE_TMA": False}
+    assert backend.verified == []
