@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8 on one H200, inside a time budget (default 520 s of the 9 minutes):
+# Issue 8 on one H200, inside a time budget (default 500 s of the 9 minutes):
 #   whole call of SGLang's split up/down pair vs the best single config (what vLLM gets),
 #   same harness (`moetune tune --engine sglang`, the "pair" timings of its store), for
 #     qwen   Qwen3-30B-A3B TP1 bf16        (E=128, N=768,  K=2048, top-8)
@@ -21,7 +21,7 @@
 # Results: $OUT/issue8.md (the report, rewritten after every step), $OUT/issue8.tar.gz
 # (stores, summaries, logs, written config files), $OUT/steps.txt.
 set -u
-BUDGET=${1:-520}
+BUDGET=${1:-500}
 OUT=${OUT:-bench/results/issue8-run}
 WORK=${WORK:-/tmp/moetune-issue8}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -69,6 +69,12 @@ step() { # step NAME LIMIT_S ARGS...: `moetune tune ARGS --json` with a time lim
     nproc
 } >"$WORK/machine.txt" 2>&1
 : >"$WORK/steps.txt"
+if ! $PY -c "import click, yaml, jsonschema, rich, filelock, numpy" 2>>"$WORK/machine.txt"; then
+    echo "missing Python packages (moetune needs click, pyyaml, jsonschema, rich, filelock; the dump numpy)" |
+        tee -a "$WORK/steps.txt"
+    report
+    exit 1
+fi
 
 # The skewed dump: 65,536 tokens of Qwen3-30B's routing shape (E=128, top-8), expert popularity
 # Zipf-like (expert e drawn with weight 1/(1+e)^1.2; top-8 distinct per token).
