@@ -54,10 +54,9 @@ def variants(options: SplitOptions) -> list[tuple[str, bool]]:
 def split_plan_lines(options: SplitOptions) -> list[str]:
     names = ", ".join(f"{kind}{' TMA' if tma else ''}" for kind, tma in variants(options))
     return [
-        f"Split:       SGLang up/down tables: GEMMs searched alone ({names}); fastest per "
-        "BLOCK_SIZE_M;",
-        "             the BLOCK_SIZE_M with the smallest up + down, confirmed as a whole call "
-        "against the single config",
+        f"Split:       SGLang up/down tables: GEMMs timed alone ({names}),",
+        "             best per BLOCK_SIZE_M, smallest up + down; kept if faster than the single",
+        "             config as a whole call",
     ]
 
 

@@ -42,13 +42,13 @@ def split_request(tmp_path, **overrides):
 def test_the_plan_shows_the_split_and_both_sglang_tables(tmp_path):
     plan = make_plan(split_request(tmp_path), DeviceLimits.h200())
     text = "\n".join(plan_lines(plan))
-    assert "Split:       SGLang up/down tables: GEMMs searched alone (up, down, down TMA)" in text
+    assert "Split:       SGLang up/down tables: GEMMs timed alone (up, down, down TMA)," in text
     assert "Routing:     uniform random" in text
     assert plan.files[-1].name == "E=4,N=32,device_name=NVIDIA_H200_down.json"
     vllm_only = make_plan(split_request(tmp_path, engines=("vllm",)), DeviceLimits.h200())
     assert "Split:" not in "\n".join(plan_lines(vllm_only))
     with_up = make_plan(split_request(tmp_path, up_tma=True), DeviceLimits.h200())
-    assert "(up, down, down TMA, up TMA)" in "\n".join(plan_lines(with_up))
+    assert "(up, down, down TMA, up TMA)," in "\n".join(plan_lines(with_up))
 
 
 @pytest.fixture(scope="module")
