@@ -65,6 +65,14 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_dry_run_shows_the_split_plan_and_the_down_table(tmp_path):
+    result = CliRunner().invoke(cli, tune_args(tmp_path / "out", "--dry-run", "--engine", "sglang"))
+    assert result.exit_code == 0, result.output
+    assert "Split:       SGLang up/down tables" in result.output
+    assert "E=4,N=32,device_name=NVIDIA_H200_down.json" in result.output
+    assert str(tmp_path / "out" / VLLM_NAME) not in result.output  # --engine sglang only
+
+
 def test_dry_run_json(tmp_path):
     result = CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json"))
     assert result.exit_code == 0
@@ -121,22 +129,38 @@ def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
     result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--json"), env=env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["measured"] == MEASUREMENTS
+    # The single-config search, then SGLang's split search (up and down GEMMs alone, pairs).
+    assert summary["measured"] > MEASUREMENTS
     assert [row["batch_size"] for row in summary["results"]] == [2, 4]
     for row in summary["results"]:
         assert row["config"]["BLOCK_SIZE_N"] != 64  # the crashing candidate never wins
+    for row in summary["split"]:
+        assert row["up"]["BLOCK_SIZE_N"] != 64 and row["down"]["BLOCK_SIZE_N"] != 64
     crashed = [m for m in ResultStore(tmp_path / STORE_FILENAME).all() if m.status == "crashed"]
-    assert len(crashed) == 2 and crashed[0].error.startswith("worker process died")
+    # Once per batch size as a whole call, as the up GEMM alone and as the down GEMM alone.
+    assert sorted(m.kind for m in crashed) == ["down", "down", "up", "up", "whole", "whole"]
+    assert all(m.error.startswith("worker process died") for m in crashed)
     triton = summary["plan"]["triton_version"].replace(".", "_")
-    for path, engine in ((VLLM_NAME, "vllm"), (SGLANG_NAME.format(triton), "sglang")):
+    down_name = SGLANG_NAME.format(triton).replace(".json", "_down.json")
+    for path, engine in (
+        (VLLM_NAME, "vllm"),
+        (SGLANG_NAME.format(triton), "sglang"),
+        (down_name, "sglang"),
+    ):
         validate_tuned_config(tmp_path / path, engine)
-    assert "tuned" in result.stderr and "8/8" in result.stderr  # the progress bar, on stderr
+    total = summary["measured"]
+    assert "tuned" in result.stderr and f"{total}/{total}" in result.stderr  # progress, stderr
 
 
 def test_killed_run_resumes_and_measures_only_what_is_missing(tmp_path):
     store_path = tmp_path / STORE_FILENAME
     process = subprocess.Popen(
-        [sys.executable, "-m", "moetune", *tune_args(tmp_path, "--search", "exhaustive")],
+        [
+            sys.executable,
+            "-m",
+            "moetune",
+            *tune_args(tmp_path, "--search", "exhaustive", "--engine", "vllm"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -153,7 +177,7 @@ def test_killed_run_resumes_and_measures_only_what_is_missing(tmp_path):
     kept = len(ResultStore(store_path).all())
     assert 2 <= kept < MEASUREMENTS
 
-    result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--json"))
+    result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--engine", "vllm", "--json"))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["reused"] == kept

@@ -72,6 +72,18 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     show_default=True,
     help="Seconds one candidate may take before its worker is killed and it is recorded as hung.",
 )
+@click.option(
+    "--routing",
+    default="uniform",
+    show_default=True,
+    help="uniform: random routing; or PATH: a dump of real topk_ids to replay "
+    "(SGLang's --topk-ids-dir folder, or a [tokens, top_k] .pt/.npy; see docs/routing.md).",
+)
+@click.option(
+    "--up-tma",
+    is_flag=True,
+    help="SGLang split tune: also try TMA on the up GEMM (read by SGLang since PR #33559).",
+)
 @click.option("--overwrite", is_flag=True, help="Measure again what the results store already has.")
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
@@ -85,6 +97,8 @@ def tune(
     backend: str,
     compile_workers: int | None,
     timeout_s: float,
+    routing: str,
+    up_tma: bool,
     overwrite: bool,
     json_: bool,
     **model: object,
@@ -109,8 +123,13 @@ def tune(
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
+    problem = resolved.problem
+    if routing != "uniform":
+        from moetune.tune.routing_dump import with_routing
+
+        problem = with_routing(problem, routing)
     request = TuneRequest(
-        problem=resolved.problem,
+        problem=problem,
         batch_sizes=tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES),
         space=tuple(load_space(space_file) if space_file else default_space()),
         save_dir=save_dir,
@@ -125,6 +144,7 @@ def tune(
         overwrite=overwrite,
         source=resolved.source,
         space_source=space_file or "vLLM/SGLang default grid",
+        up_tma=up_tma,
     )
     plan = make_plan(request, resolved.limits)
     for line in plan_lines(plan):
@@ -218,6 +238,10 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
         f"in {summary.wall_s:.1f} s.",
         markup=False,
     )
+    if summary.split:
+        from moetune.tune.split_report import split_table
+
+        console.print(split_table(summary.split))
     console.print("Wrote:", markup=False)
     for path in summary.files:
         console.print(f"  {path}", markup=False)

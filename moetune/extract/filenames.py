@@ -159,6 +159,24 @@ def sglang_config_filename(
     )
 
 
+def sglang_down_config_filename(
+    E: int,
+    N: int,
+    device_name: str,
+    dtype: str | None = None,
+    block_shape: tuple[int, int] | list[int] | None = None,
+    *,
+    per_channel_quant: bool = False,
+) -> str:
+    """SGLang's down-GEMM table next to `sglang_config_filename`: ``_down`` last, before ``.json``.
+
+    ``E=257,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json``
+    """
+    return sglang_config_filename(
+        E, N, device_name, dtype, block_shape, per_channel_quant=per_channel_quant, down=True
+    )
+
+
 def sglang_config_folder(triton_version: str) -> str:
     """The folder SGLang reads for a Triton version: ``configs/triton_3_4_0/``."""
     return f"configs/triton_{triton_version.replace('.', '_')}/"

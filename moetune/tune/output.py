@@ -4,6 +4,8 @@
             {"triton_version": "3.6.0", "1": {...}, "2": {...}, ...}
     SGLang  <save_dir>/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200.json
             {"1": {...}, "2": {...}, ...}            (no version key: the folder has it)
+            <save_dir>/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200_down.json
+            {"1": {..., "USE_TMA": false}, ...}      (the down GEMM's table, `moetune.tune.split`)
 
 Batch-size keys are decimal strings in numeric order; each entry holds the six
 kernel keys. Both engines pick the entry whose key is nearest to the live batch
@@ -26,11 +28,13 @@ from moetune.errors import TuneError
 from moetune.extract.filenames import (
     sglang_config_filename,
     sglang_config_folder,
+    sglang_down_config_filename,
     vllm_config_filename,
 )
 from moetune.fileio import atomic_write_json
 from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate
+from moetune.tune.split import SplitResult, reads_down_file, single_entries, split_entries
 
 ENGINES = ("vllm", "sglang")
 
@@ -57,17 +61,44 @@ def sglang_payload(results: dict[int, Candidate]) -> dict[str, Any]:
 
 
 def engine_file_path(
-    engine: str, problem: TuneProblem, device_name: str, triton_version: str, save_dir: str | Path
+    engine: str,
+    problem: TuneProblem,
+    device_name: str,
+    triton_version: str,
+    save_dir: str | Path,
+    *,
+    down: bool = False,
 ) -> Path:
-    """Where `write_engine_files` puts `engine`'s file under `save_dir`."""
+    """Where `write_engine_files` puts `engine`'s file (`down`: its down-GEMM table) under `save_dir`."""
     dtype, block = _engine_dtype(problem), problem.block_shape
     E, N = problem.num_experts, problem.intermediate_size
-    if engine == "vllm":
+    if engine == "vllm" and not down:
         return Path(save_dir) / vllm_config_filename(E, N, device_name, dtype, block)
     if engine == "sglang":
         folder = Path(save_dir) / sglang_config_folder(triton_version)
-        return folder / sglang_config_filename(E, N, device_name, dtype, block)
+        name = sglang_down_config_filename if down else sglang_config_filename
+        return folder / name(E, N, device_name, dtype, block)
+    if engine == "vllm":
+        raise TuneError("vLLM reads no separate down-GEMM table")
     raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+
+
+def engine_file_paths(
+    engine: str, problem: TuneProblem, device_name: str, triton_version: str, save_dir: str | Path
+) -> list[Path]:
+    """`engine`'s files in the order written: its table, then its down table if it reads one."""
+    paths = [engine_file_path(engine, problem, device_name, triton_version, save_dir)]
+    if reads_down_file(engine):
+        paths.append(
+            engine_file_path(engine, problem, device_name, triton_version, save_dir, down=True)
+        )
+    return paths
+
+
+def _table(entries: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    if not entries:
+        raise TuneError("no tuned batch sizes to write")
+    return {str(m): dict(entries[m]) for m in sorted(entries)}
 
 
 def write_engine_files(
@@ -77,16 +108,25 @@ def write_engine_files(
     triton_version: str,
     save_dir: str | Path,
     engines: tuple[str, ...] | list[str] = ENGINES,
+    split: list[SplitResult] | None = None,
 ) -> list[Path]:
-    """Write each engine's file (validated, atomically); return the paths in `engines` order."""
+    """Write each engine's file(s) (validated, atomically); return the paths in `engines` order.
+
+    An engine that reads a down-GEMM table (SGLang) gets two files: from `split`
+    (one `SplitResult` per batch size) when given, else the single config in both
+    with ``"USE_TMA": false`` in the down table (see `moetune.tune.split`).
+    """
     written = []
     for engine in engines:
-        path = engine_file_path(engine, problem, device_name, triton_version, save_dir)
-        payload = (
-            vllm_payload(results, triton_version) if engine == "vllm" else sglang_payload(results)
-        )
-        validate_tuned_config(payload, engine, name=str(path))
-        written.append(atomic_write_json(path, payload, indent=4))
+        paths = engine_file_paths(engine, problem, device_name, triton_version, save_dir)
+        if engine == "vllm":
+            payloads = [(vllm_payload(results, triton_version), False)]
+        else:
+            up, down = split_entries(split) if split else single_entries(results)
+            payloads = [(_table(up), False), (_table(down), True)]
+        for path, (payload, down_table) in zip(paths, payloads, strict=True):
+            validate_tuned_config(payload, engine, name=str(path), down=down_table)
+            written.append(atomic_write_json(path, payload, indent=4))
     return written
 
 
@@ -97,15 +137,26 @@ def _schema() -> dict[str, Any]:
 
 
 def validate_tuned_config(
-    path_or_payload: str | Path | dict[str, Any], engine: str, name: str | None = None
+    path_or_payload: str | Path | dict[str, Any],
+    engine: str,
+    name: str | None = None,
+    *,
+    down: bool | None = None,
 ) -> None:
     """Check a tuned-config file (a path) or its content against the engine's schema.
+
+    `down` selects SGLang's down-GEMM table schema; None: from the file name (``_down.json``).
 
     Raises `TuneError` naming the file and the offending key, e.g.
     ``E=8,...json: key "64": 'num_stages' is a required property``.
     """
     if engine not in ENGINES:
         raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    if down is None:
+        label_name = name or ("" if isinstance(path_or_payload, dict) else str(path_or_payload))
+        down = label_name.endswith("_down.json")
+    if down and not reads_down_file(engine):
+        raise TuneError(f"{engine} reads no separate down-GEMM table")
     if isinstance(path_or_payload, dict):
         payload, label = path_or_payload, name or "tuned config"
     else:
@@ -128,7 +179,8 @@ def validate_tuned_config(
                 f"{label} is not a valid {engine} tuned config: it holds no batch sizes"
             )
     schema = _schema()
-    validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{engine}"})
+    definition = f"{engine}_down" if down else engine
+    validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"})
     error = best_match(validator.iter_errors(payload))
     if error is None:
         return
@@ -136,4 +188,5 @@ def validate_tuned_config(
         f'"{part}"' if isinstance(part, str) else str(part) for part in error.absolute_path
     )
     location = f"key {where}: " if where else ""
-    raise TuneError(f"{label} is not a valid {engine} tuned config: {location}{error.message}")
+    what = f"{engine} down-GEMM" if down else engine
+    raise TuneError(f"{label} is not a valid {what} tuned config: {location}{error.message}")

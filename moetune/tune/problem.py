@@ -38,6 +38,10 @@ class TuneProblem:
     top_k: int
     dtype: str
     block_shape: tuple[int, int] | None = None
+    # A real-routing dump (`moetune.tune.routing_dump`) replayed instead of uniform
+    # random routing: its path and content digest (the digest names it in `key()`).
+    routing: str | None = None
+    routing_digest: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "intermediate_size", "hidden_size", "top_k"):
@@ -94,4 +98,6 @@ class TuneProblem:
         )
         if self.block_shape is not None:
             key += f",block_shape=[{self.block_shape[0]},{self.block_shape[1]}]"
+        if self.routing_digest is not None:
+            key += f",routing={self.routing_digest}"
         return key

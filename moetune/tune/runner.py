@@ -54,6 +54,7 @@ class TuneRequest:
     overwrite: bool = False
     source: str = ""  # where the shape came from, for the plan
     space_source: str = "default grid"
+    up_tma: bool = False  # split tune: also search the up GEMM with TMA
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class TuneSummary:
     reused: int = 0
     ceilings: Any = None
     compile: dict[str, float] = field(default_factory=dict)
+    split: list[Any] = field(default_factory=list)  # moetune.tune.split.SplitResult per batch size
 
 
 def planned_files(
@@ -115,11 +117,12 @@ def planned_files(
     engines: Sequence[str],
 ) -> tuple[Path, ...]:
     """The paths `write_engine_files` writes, known before any work."""
-    from moetune.tune.output import engine_file_path
+    from moetune.tune.output import engine_file_paths
 
     return tuple(
-        engine_file_path(engine, problem, device_name, triton_version, save_dir)
+        path
         for engine in engines
+        for path in engine_file_paths(engine, problem, device_name, triton_version, save_dir)
     )
 
 
@@ -159,9 +162,22 @@ def plan_lines(plan: TunePlan) -> list[str]:
         lines.append(
             f"  M={m:<5} {len(report.kept):>5} kept" + (f"  ({removed})" if removed else "")
         )
+    lines.extend(_split_and_routing_lines(plan))
     lines.append(f"Results:     {plan.store_path} (resumable)")
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
+    return lines
+
+
+def _split_and_routing_lines(plan: TunePlan) -> list[str]:
+    from moetune.tune.split import split_engines
+    from moetune.tune.split_search import SplitOptions, split_plan_lines
+
+    problem = plan.problem
+    routing = problem.routing or "uniform random (fresh per replay)"
+    lines = [f"Routing:     {routing}"]
+    if split_engines(plan.request.engines):
+        lines.extend(split_plan_lines(SplitOptions(up_tma=plan.request.up_tma)))
     return lines
 
 
@@ -179,7 +195,15 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         },
         "store": str(plan.store_path),
         "files": [str(path) for path in plan.files],
+        "routing": plan.problem.routing or "uniform",
+        "split": bool(_split_engines(plan)),
     }
+
+
+def _split_engines(plan: TunePlan) -> tuple[str, ...]:
+    from moetune.tune.split import split_engines
+
+    return split_engines(plan.request.engines)
 
 
 def make_backend(request: TuneRequest) -> Backend:
@@ -225,6 +249,7 @@ def ranked(
             m.problem_key == key
             and m.batch_size == batch_size
             and m.fidelity == fidelity
+            and m.kind == "whole"
             and m.device_name == context.device_name
             and m.triton_version == context.triton_version
         ):
@@ -321,6 +346,12 @@ def run_tune(
             ranking = ranked(store, context, m, best.fidelity)
             choices[m] = ranking if best in ranking else [best, *ranking]
         verified = verify_winners(backend, problem, choices, summary.notes)
+        if _split_engines(plan):
+            from moetune.tune.split_search import SplitOptions, tune_split
+
+            singles = {m: verified[m][0].candidate for m in request.batch_sizes}
+            options = SplitOptions(up_tma=request.up_tma)
+            summary.split = tune_split(plan, measurer, backend, singles, summary.notes, options)
 
         if any(d is not None for d in request.devices) or request.backend == "ray":
             summary.ceilings = _ceilings(backend, summary.notes)
@@ -358,6 +389,7 @@ def run_tune(
             request.triton_version,
             request.save_dir,
             request.engines,
+            split=summary.split or None,
         )
     )
     summary.measured = measurer.timed
@@ -403,8 +435,27 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
             }
             for row in summary.rows
         ],
+        "split": [_split_json(result) for result in summary.split],
         "files": [str(path) for path in summary.files],
         "notes": summary.notes,
+    }
+
+
+def _split_json(result: Any) -> dict[str, Any]:
+    choice = result.choice
+    return {
+        "batch_size": result.batch_size,
+        "written": "split" if result.split else "single",
+        "up": result.up_entry(),
+        "down": result.down_entry(),
+        "pair_us": result.pair_us,
+        "single_us": result.single_us,
+        "speedup_over_single": result.speedup,
+        "estimate_us": None if choice is None else choice.estimate_us,
+        "up_plus_down_by_block_m": None
+        if choice is None
+        else {str(bm): us for bm, us in choice.sums.items()},
+        "rel_rms": result.rel_rms,
     }
 
 

@@ -7,8 +7,10 @@ at most the line being written. A torn last line (a kill mid-write) is ignored
 on load with a warning and cut off before the next append.
 
 A measurement is keyed by (problem key, batch size, candidate, fidelity,
-device name, Triton version): a store may hold several problems, GPUs and
-Triton versions side by side without mixing them. A failed candidate is a row
+device name, Triton version, and what was timed: `kind` with its TMA flags and,
+for a pair, the down config; see `moetune.tune.probe`): a store may hold
+several problems, GPUs and Triton versions side by side without mixing them.
+Rows written before kinds existed read as ``kind: "whole"``. A failed candidate is a row
 like any other, with its status and error. When a key appears twice, the later
 line wins (a rerun with ``--overwrite`` re-measures and appends).
 """
@@ -26,6 +28,7 @@ from typing import Any, BinaryIO
 from filelock import FileLock
 
 from moetune.errors import TuneError
+from moetune.tune.probe import KINDS, Probe, from_fields, probe_fields
 from moetune.tune.space import Candidate
 
 STORE_FILENAME = "measurements.jsonl"
@@ -40,9 +43,12 @@ STATUSES = (
     "timeout",
     "crashed",
     "wrong_result",
+    "unsupported",  # the device cannot run it (TMA off Hopper, or in the interpreter)
 )
 
-StoreKey = tuple[str, int, Candidate, str, str, str]
+StoreKey = tuple[str, int, Candidate, str, str, str, str, bool, Candidate | None, bool]
+# Fields added with measurement kinds; rows without them are whole-call timings.
+_KIND_DEFAULTS = {"kind": "whole", "use_tma": False, "down_candidate": None, "down_tma": False}
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,24 @@ class Measurement:
     triton_version: str
     moetune_version: str
     timestamp: float
+    kind: str = "whole"
+    use_tma: bool = False
+    down_candidate: Candidate | None = None
+    down_tma: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.candidate, Probe):  # a probe is stored as its fields
+            kind, candidate, use_tma, down, down_tma = probe_fields(self.candidate)
+            for name, value in (
+                ("candidate", candidate),
+                ("kind", kind),
+                ("use_tma", use_tma),
+                ("down_candidate", down),
+                ("down_tma", down_tma),
+            ):
+                object.__setattr__(self, name, value)
+        if self.kind not in KINDS:
+            raise TuneError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.fidelity not in FIDELITIES:
             raise TuneError(
                 f"fidelity must be one of {', '.join(FIDELITIES)}, got {self.fidelity!r}"
@@ -85,11 +107,18 @@ class Measurement:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def probe(self) -> Candidate | Probe:
+        """What was timed: the candidate (a whole call) or the `Probe`."""
+        return from_fields(
+            self.kind, self.candidate, self.use_tma, self.down_candidate, self.down_tma
+        )
+
     def key(self) -> StoreKey:
-        return (
+        return _key(
             self.problem_key,
             self.batch_size,
-            self.candidate,
+            self.probe,
             self.fidelity,
             self.device_name,
             self.triton_version,
@@ -98,13 +127,20 @@ class Measurement:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["candidate"] = self.candidate.as_config()
+        if self.down_candidate is not None:
+            data["down_candidate"] = self.down_candidate.as_config()
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
         names = {f.name for f in fields(cls)}
-        values = {name: data[name] for name in names}
+        values = {
+            name: data.get(name, _KIND_DEFAULTS[name]) if name in _KIND_DEFAULTS else data[name]
+            for name in names
+        }
         values["candidate"] = Candidate.from_config(data["candidate"])
+        if values["down_candidate"] is not None:
+            values["down_candidate"] = Candidate.from_config(values["down_candidate"])
         return cls(**values)
 
     @classmethod
@@ -113,7 +149,7 @@ class Measurement:
         *,
         problem_key: str,
         batch_size: int,
-        candidate: Candidate,
+        candidate: Candidate | Probe,
         fidelity: str,
         status: str,
         error: str,
@@ -188,14 +224,17 @@ class ResultStore:
         self,
         problem_key: str,
         batch_size: int,
-        candidate: Candidate,
+        candidate: Candidate | Probe,
         fidelity: str,
         device_name: str,
         triton_version: str,
     ) -> Measurement | None:
-        """The stored measurement for this key (the latest, if repeated), or None."""
+        """The stored measurement for this key (the latest, if repeated), or None.
+
+        `candidate` is a plain candidate (a whole-call timing) or a `Probe`.
+        """
         return self._index.get(
-            (problem_key, batch_size, candidate, fidelity, device_name, triton_version)
+            _key(problem_key, batch_size, candidate, fidelity, device_name, triton_version)
         )
 
     def add(self, measurement: Measurement) -> None:
@@ -216,6 +255,29 @@ class ResultStore:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+
+def _key(
+    problem_key: str,
+    batch_size: int,
+    item: Candidate | Probe,
+    fidelity: str,
+    device_name: str,
+    triton_version: str,
+) -> StoreKey:
+    kind, candidate, use_tma, down, down_tma = probe_fields(item)
+    return (
+        problem_key,
+        batch_size,
+        candidate,
+        fidelity,
+        device_name,
+        triton_version,
+        kind,
+        use_tma,
+        down,
+        down_tma,
+    )
 
 
 def _cut_torn_tail(handle: BinaryIO) -> None:

@@ -201,6 +201,12 @@ def _measure(unit: WorkUnit, candidate: Any, inputs: _Inputs, faults: list[Fault
 
     config = candidate.as_config()
     corrupt = _inject(faults, candidate, unit.mode)
+    from moetune.tune.probe_timing import measure_probe, uses_probe_timing
+
+    if uses_probe_timing(unit.problem, candidate, unit.mode):  # split probes, real routing
+        seed = VERIFY_SEED if unit.mode == "verify" else 0
+        data = inputs.get(unit.problem, unit.batch_size, seed)
+        return measure_probe(unit.problem, unit.batch_size, unit.mode, candidate, data, corrupt)
     if unit.mode == "verify":
         from moetune.tune.verify import check_output
 

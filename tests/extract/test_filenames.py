@@ -165,3 +165,46 @@ def test_detect_device_name_reads_the_first_gpu(monkeypatch, tmp_path):
     smi.chmod(0o755)
     monkeypatch.setattr(filenames.shutil, "which", lambda name: str(smi))
     assert filenames.detect_device_name() == "NVIDIA H200"
+
+
+# `_down` files as they sit in SGLang's configs folders
+# (sgl-project/sglang python/sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_5_1/).
+SGLANG_DOWN_NAMES = [
+    (
+        (257, 256, "NVIDIA H200", "fp8_w8a8", [128, 128]),
+        "E=257,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json",
+    ),
+    (
+        (256, 256, "NVIDIA L40S", "fp8_w8a8", [128, 128]),
+        "E=256,N=256,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128]_down.json",
+    ),
+    (
+        (128, 1024, "NVIDIA H100 80GB HBM3", "fp8_w8a8", None),
+        "E=128,N=1024,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8_down.json",
+    ),
+    (
+        (128, 192, "K100_AI", "int4_w4a16", None),
+        "E=128,N=192,device_name=K100_AI,dtype=int4_w4a16_down.json",
+    ),
+    ((192, 192, "NVIDIA H20", None, None), "E=192,N=192,device_name=NVIDIA_H20_down.json"),
+    ((192, 192, "NVIDIA H20-3e", None, None), "E=192,N=192,device_name=NVIDIA_H20-3e_down.json"),
+    ((256, 512, "NVIDIA H20", None, None), "E=256,N=512,device_name=NVIDIA_H20_down.json"),
+]
+
+
+@pytest.mark.parametrize("args, name", SGLANG_DOWN_NAMES, ids=[n for _, n in SGLANG_DOWN_NAMES])
+def test_sglang_down_names_match_sglangs_own_files(args, name):
+    from moetune.extract.filenames import sglang_down_config_filename
+
+    assert sglang_down_config_filename(*args) == name
+    # The up twin is the same name without the suffix.
+    assert sglang_config_filename(*args) == name.replace("_down.json", ".json")
+
+
+def test_sglang_down_suffix_comes_after_per_channel_quant():
+    from moetune.extract.filenames import sglang_down_config_filename
+
+    assert (
+        sglang_down_config_filename(161, 192, "NVIDIA H200", "fp8_w8a8", per_channel_quant=True)
+        == "E=161,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8,per_channel_quant=True_down.json"
+    )

@@ -47,7 +47,10 @@ def test_sglang_payload_has_no_version_key():
 
 def test_write_engine_files_uses_each_engines_name_and_folder(tmp_path):
     problem = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
-    vllm, sglang = write_engine_files(RESULTS, problem, "NVIDIA H200 NVL", "3.6.0", tmp_path)
+    vllm, sglang, sglang_down = write_engine_files(
+        RESULTS, problem, "NVIDIA H200 NVL", "3.6.0", tmp_path
+    )
+    assert sglang_down == sglang.with_name(sglang.name.replace(".json", "_down.json"))
     assert (
         vllm
         == tmp_path
@@ -76,7 +79,7 @@ def test_unquantized_files_carry_no_dtype(tmp_path):
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_written_files_round_trip_through_an_engine_style_lookup(tmp_path, engine):
     problem = TuneProblem(8, 7168, 4096, 2, "bf16")
-    [path] = write_engine_files(RESULTS, problem, "NVIDIA H200", "3.6.0", tmp_path, (engine,))
+    path, *_ = write_engine_files(RESULTS, problem, "NVIDIA H200", "3.6.0", tmp_path, (engine,))
     validate_tuned_config(path, engine)
     assert engine_lookup(path, 1) == SMALL.as_config()
     assert engine_lookup(path, 5) == SMALL.as_config()  # nearest is 8
@@ -90,7 +93,11 @@ def test_writes_leave_no_temporary_files(tmp_path):
     write_engine_files(RESULTS, problem, "NVIDIA H200", "3.6.0", tmp_path)
     write_engine_files(RESULTS, problem, "NVIDIA H200", "3.6.0", tmp_path)  # overwrite
     names = [name for _, _, files in os.walk(tmp_path) for name in files]
-    assert sorted(names) == ["E=8,N=7168,device_name=NVIDIA_H200.json"] * 2
+    assert sorted(names) == [
+        "E=8,N=7168,device_name=NVIDIA_H200.json",
+        "E=8,N=7168,device_name=NVIDIA_H200.json",
+        "E=8,N=7168,device_name=NVIDIA_H200_down.json",
+    ]
     assert not [n for n in names if n.startswith(".") or n.endswith(".tmp")]
 
 

@@ -67,6 +67,7 @@ def test_plan_lists_shape_pruning_and_exact_file_names(tmp_path):
     assert plan.files == (
         tmp_path / "E=4,N=32,device_name=NVIDIA_H200.json",
         tmp_path / "configs/triton_3_6_0/E=4,N=32,device_name=NVIDIA_H200.json",
+        tmp_path / "configs/triton_3_6_0/E=4,N=32,device_name=NVIDIA_H200_down.json",
     )
     assert plan.store_path == tmp_path / STORE_FILENAME
 
@@ -112,7 +113,7 @@ def test_no_correct_candidate_means_no_file():
 def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path):
     from moetune.tune.output import validate_tuned_config
 
-    plan = make_plan(request(tmp_path), DeviceLimits.h200())
+    plan = make_plan(request(tmp_path, engines=("vllm",)), DeviceLimits.h200())
     first = run_tune(plan)
     # 3 candidates x 2 batch sizes, plus the default config at each batch size.
     assert first.measured == 8 and first.reused == 0
@@ -124,11 +125,10 @@ def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path):
         # The default config competes too: the written config is never measured slower.
         assert row.latency_us <= row.default_latency_us
     assert first.files == list(plan.files)
-    vllm, sglang = (json.loads(path.read_text()) for path in first.files)
+    [vllm] = (json.loads(path.read_text()) for path in first.files)
     validate_tuned_config(first.files[0], "vllm")
-    validate_tuned_config(first.files[1], "sglang")
-    assert vllm["triton_version"] == "3.6.0" and "triton_version" not in sglang
-    assert vllm["2"] == first.rows[0].config.as_config() == sglang["2"]
+    assert vllm["triton_version"] == "3.6.0"
+    assert vllm["2"] == first.rows[0].config.as_config()
     assert not list(tmp_path.rglob("*.tmp"))
 
     second = run_tune(plan)

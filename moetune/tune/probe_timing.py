@@ -1,0 +1,471 @@
+"""Timing the probes of `moetune.tune.probe` (one GEMM alone, or the call with split configs).
+
+Same method as `moetune.tune.timing`, with the routing taken out of the graph:
+the graph holds `calls` launches, each reading its own routing slot (top-k ids
+and weights, and for a lone GEMM the alignment too). Before every replay,
+outside the timed region, each slot is refilled with the next routing: fresh
+uniform random routing (the kernel's softmax top-k of random logits), or the
+next window of a real-routing dump (`moetune.tune.routing_dump`). So the
+whole-call timings of the split pair and of the single config, and the lone
+GEMM timings, all see the same routings.
+
+- `up`: the gate/up GEMM on pre-aligned routings, x quantized once outside the
+  graph (fp8), TMA on the weights when `use_tma`;
+- `down`: the down GEMM on pre-aligned routings reading a random activation of
+  the right shape (SiLU-and-mul does not run), weighted by the routing weights;
+  with TMA, A and w2 are read through tensor descriptors from the sorted,
+  block-padded layout the up GEMM writes when the down GEMM uses TMA;
+- `pair`/`whole`: `fused_experts` with ``config`` and ``down_config``.
+
+A TMA probe that cannot run here (compute capability below 9.0, no tensor
+descriptors in this Triton, no TMA path in the kernel, or a dtype SGLang does
+not run with TMA) is answered ``unsupported`` with the reason, which the store
+records; the tuner moves on. Triton's interpreter emulates descriptors, so the
+CPU runs TMA probes when its Triton has them.
+
+Without CUDA the slots are timed one eager call at a time (wall clock), which
+only ranks candidates for tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from typing import Any
+
+from moetune.tune.probe import Probe
+from moetune.tune.routing_dump import RoutingDump, load_routing, random_weights, window
+from moetune.tune.timing import CPU_CALLS, TARGET_REPLAY_US, Timing, fidelity_of, summarize
+from moetune.tune.worker import Outcome
+
+
+class Unsupported(Exception):
+    """This device or kernel cannot run the probe (TMA); the reason is recorded, not an error."""
+
+
+# ---------------------------------------------------------------------------
+# What the kernel and the device can do
+# ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _fused_experts_takes_down_config() -> bool:
+    from moetune.kernel.fused_moe import fused_experts
+
+    return "down_config" in inspect.signature(fused_experts).parameters
+
+
+@functools.cache
+def _gemm_tma_parameters() -> frozenset[str]:
+    from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
+
+    names = set(inspect.signature(invoke_fused_moe_gemm).parameters)
+    return frozenset(names & {"a_use_tma", "w_use_tma", "c_sorted"})
+
+
+def tma_unsupported_reason(device: Any, quant_dtype: str | None, block_shape: Any) -> str | None:
+    """Why TMA cannot run here (device, Triton, kernel or dtype), or None when it can.
+
+    Triton's interpreter emulates tensor descriptors, so on the CPU TMA runs (slowly)
+    whenever this Triton has them; on a GPU it needs compute capability 9.0+.
+    """
+    if (
+        not _fused_experts_takes_down_config()
+        or not {
+            "a_use_tma",
+            "w_use_tma",
+            "c_sorted",
+        }
+        <= _gemm_tma_parameters()
+    ):
+        return "moetune's kernel has no split-config/TMA path (fused_experts takes no down_config)"
+    from moetune.kernel.tma import SplitConfigError, check_tma_quant, tma_supported
+
+    if not tma_supported():
+        import triton
+
+        return f"Triton {triton.__version__} has no host tensor descriptors"
+    try:
+        check_tma_quant(quant_dtype, block_shape)
+    except SplitConfigError as exc:
+        return str(exc)
+    if device.type == "cuda":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 9:
+            return f"TMA needs compute capability 9.0+, this GPU has {major}.{minor}"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Routing slots
+# ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=2)
+def _dump(path: str, digest: str, num_experts: int, top_k: int) -> RoutingDump:
+    dump = load_routing(path, num_experts, top_k)
+    if dump.digest != digest:
+        raise RuntimeError(f"the routing dump {path} changed since the tune started")
+    return dump
+
+
+class RoutingFeed:
+    """The next routings for one problem and batch size: uniform random, or dump windows."""
+
+    def __init__(self, problem: Any, batch_size: int, device: Any, seed: int = 0) -> None:
+        import torch
+
+        self.problem, self.batch_size, self.device = problem, batch_size, device
+        self.dump = None
+        if problem.routing is not None:
+            self.dump = _dump(
+                problem.routing, problem.routing_digest, problem.num_experts, problem.top_k
+            )
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.index = 0
+
+    def next(self) -> tuple[Any, Any]:
+        """(topk_weights [M, top_k] float32, topk_ids [M, top_k] int32) on the device."""
+        import torch
+
+        m, p = self.batch_size, self.problem
+        if self.dump is None:
+            from moetune.kernel.routing import topk_routing
+
+            logits = torch.randn(m, p.num_experts, generator=self.generator, device=self.device).to(
+                torch.bfloat16
+            )
+            return topk_routing(logits, p.top_k, True)
+        ids = torch.from_numpy(window(self.dump, m, self.index)).to(self.device)
+        weights = torch.from_numpy(random_weights(m, p.top_k, self.index)).to(self.device)
+        self.index += 1
+        return weights, ids
+
+
+# ---------------------------------------------------------------------------
+# Benches: static slots, a refill outside the timed region, one launch per slot
+# ---------------------------------------------------------------------------
+
+
+def _quantize(a: Any, quant: Any) -> tuple[Any, Any]:
+    from moetune.kernel.fused_moe import _quantize_activation
+
+    return _quantize_activation(a, quant)
+
+
+def split_fused_experts(
+    data: Any, weights: Any, ids: Any, config: dict, down_config: dict | None
+) -> Any:
+    """`fused_experts` with an up and a down config.
+
+    Until the kernel takes ``down_config`` (issue 8's kernel side), a pair without
+    TMA is composed here from the same kernel steps; TMA then is `Unsupported`.
+    """
+    from moetune.kernel.fused_moe import fused_experts
+
+    if down_config is None or down_config == config:
+        return fused_experts(
+            data.x, data.w1, data.w2, weights, ids, config=config, quant=data.quant
+        )
+    if _fused_experts_takes_down_config():
+        return fused_experts(
+            data.x,
+            data.w1,
+            data.w2,
+            weights,
+            ids,
+            config=config,
+            down_config=down_config,
+            quant=data.quant,
+        )
+    if config.get("USE_TMA") or down_config.get("USE_TMA"):
+        raise Unsupported(
+            "moetune's kernel has no TMA path yet (fused_experts takes no down_config)"
+        )
+    if config["BLOCK_SIZE_M"] != down_config["BLOCK_SIZE_M"]:
+        raise ValueError("the up and down configs must share BLOCK_SIZE_M")
+    return _compose_split(data, weights, ids, config, down_config)
+
+
+def _compose_split(data: Any, weights: Any, ids: Any, config: dict, down_config: dict) -> Any:
+    import torch
+
+    from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
+    from moetune.kernel.align import align_block_size
+    from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
+    from moetune.kernel.reduce import moe_sum
+
+    x, w1, w2, quant = data.x, data.w1, data.w2, data.quant
+    m, k = x.shape
+    num_experts, two_n, _ = w1.shape
+    top_k = ids.shape[1]
+    block_shape = quant.block_shape if quant is not None else None
+    common = dict(quant_dtype=quant.dtype if quant is not None else None, block_shape=block_shape)
+    sorted_ids, expert_ids, num_post = align_block_size(ids, config["BLOCK_SIZE_M"], num_experts)
+    alignment = dict(
+        sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post
+    )
+    gate_up = torch.empty(m * top_k, two_n, dtype=x.dtype, device=x.device)
+    down = torch.empty(m, top_k, k, dtype=x.dtype, device=x.device)
+    a1, a1_scale = _quantize(x, quant)
+    invoke_fused_moe_gemm(
+        a1, w1, gate_up, a_scale=a1_scale, w_scale=quant.w1_scale if quant else None,
+        topk_weights=None, mul_routed_weight=False, top_k=top_k, config=config,
+        **common, **alignment,
+    )  # fmt: skip
+    if block_shape is not None:
+        a2, a2_scale = silu_and_mul_quant_fp8(gate_up, block_shape[1])
+    else:
+        a2, a2_scale = _quantize(silu_and_mul(gate_up), quant)
+    invoke_fused_moe_gemm(
+        a2, w2, down, a_scale=a2_scale, w_scale=quant.w2_scale if quant else None,
+        topk_weights=weights.contiguous(), mul_routed_weight=True, top_k=1,
+        config=down_config, **common, **alignment,
+    )  # fmt: skip
+    return moe_sum(down)
+
+
+class _Bench:
+    """Static routing slots for `item` at one batch size; `refill` then `launch(i)`."""
+
+    def __init__(self, item: Any, problem: Any, batch_size: int, data: Any, seed: int = 0):
+        self.item, self.problem, self.data = item, problem, data
+        self.batch_size = batch_size
+        self.feed = RoutingFeed(problem, batch_size, data.x.device, seed)
+        self.kind = getattr(item, "kind", "whole")
+        self.slots: list[dict[str, Any]] = []
+        self.seen_ids: list[Any] = []  # every routing a launch read (tests check the load)
+
+    def allocate(self, count: int) -> None:
+        self.slots = [{} for _ in range(count)]
+        self.refill()
+        if self.kind in ("up", "down"):
+            self._gemm_buffers()
+
+    def refill(self) -> None:
+        from moetune.kernel.align import align_block_size
+
+        for slot in self.slots:
+            weights, ids = self.feed.next()
+            self.seen_ids.append(ids)
+            if "ids" not in slot:
+                slot["weights"], slot["ids"] = weights, ids
+            else:
+                slot["weights"].copy_(weights)
+                slot["ids"].copy_(ids)
+            if self.kind in ("up", "down"):
+                aligned = align_block_size(
+                    slot["ids"], self.item.candidate.BLOCK_SIZE_M, self.problem.num_experts
+                )
+                names = ("sorted_token_ids", "expert_ids", "num_tokens_post_padded")
+                for name, value in zip(names, aligned, strict=True):
+                    if name in slot:
+                        slot[name].copy_(value)
+                    else:
+                        slot[name] = value
+
+    def _gemm_buffers(self) -> None:
+        import torch
+
+        data, p, m = self.data, self.problem, self.batch_size
+        x = data.x
+        slots = m * p.top_k
+        padded = self.slots[0]["sorted_token_ids"].numel()
+        quant = data.quant
+        self.common = dict(
+            quant_dtype=quant.dtype if quant is not None else None,
+            block_shape=quant.block_shape if quant is not None else None,
+        )
+        if self.kind == "up":
+            self.a, self.a_scale = _quantize(x, quant)
+            self.c = torch.empty(slots, 2 * p.intermediate_size, dtype=x.dtype, device=x.device)
+            self.w, self.w_scale = data.w1, quant.w1_scale if quant is not None else None
+        else:
+            rows = padded if self.item.use_tma else slots
+            generator = torch.Generator(device=x.device).manual_seed(7)
+            act = torch.randn(rows, p.intermediate_size, generator=generator, device=x.device).to(
+                x.dtype
+            )
+            if self.common["block_shape"] is not None:
+                from moetune.kernel.quant import per_token_group_quant_fp8
+
+                self.a, self.a_scale = per_token_group_quant_fp8(act, self.common["block_shape"][1])
+            else:
+                self.a, self.a_scale = _quantize(act, quant)
+            self.c = torch.empty(m, p.top_k, p.hidden_size, dtype=x.dtype, device=x.device)
+            self.w, self.w_scale = data.w2, quant.w2_scale if quant is not None else None
+
+    def launch(self, i: int) -> Any:
+        slot = self.slots[i]
+        if self.kind in ("whole", "pair"):
+            item = self.item
+            if isinstance(item, Probe):
+                return split_fused_experts(
+                    self.data, slot["weights"], slot["ids"], item.up_config(), item.down_config()
+                )
+            return split_fused_experts(
+                self.data, slot["weights"], slot["ids"], item.as_config(), None
+            )
+        return self._launch_gemm(slot)
+
+    def _launch_gemm(self, slot: dict[str, Any]) -> Any:
+        from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
+
+        probe = self.item
+        up = self.kind == "up"
+        extra = {}
+        if probe.use_tma:
+            # up: w1 through a descriptor (SGLang PR #33559), output unsorted as SGLang's
+            # tuner times it; down: the sorted-layout A and w2 through descriptors.
+            extra = {"w_use_tma": True} if up else {"a_use_tma": True, "w_use_tma": True}
+        return invoke_fused_moe_gemm(
+            self.a,
+            self.w,
+            self.c,
+            a_scale=self.a_scale,
+            w_scale=self.w_scale,
+            topk_weights=None if up else slot["weights"],
+            mul_routed_weight=not up,
+            top_k=self.problem.top_k if up else 1,
+            config=probe.candidate.as_config(),
+            sorted_token_ids=slot["sorted_token_ids"],
+            expert_ids=slot["expert_ids"],
+            num_tokens_post_padded=slot["num_tokens_post_padded"],
+            **self.common,
+            **extra,
+        )
+
+
+# ---------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------
+
+
+def time_bench(bench: _Bench, fidelity: str) -> Timing:
+    level = fidelity_of(fidelity)
+    if bench.data.x.is_cuda:
+        return _time_cuda_graph(bench, level)
+    bench.allocate(1)
+    start = time.perf_counter()
+    bench.launch(0)
+    compile_s = time.perf_counter() - start
+    samples = []
+    for _ in range(CPU_CALLS[fidelity]):
+        bench.refill()
+        start = time.perf_counter()
+        bench.launch(0)
+        samples.append((time.perf_counter() - start) * 1e6)
+    median, p20, p80 = summarize(samples)
+    return Timing(median, p20, p80, compile_s, len(samples), 1)
+
+
+def _time_cuda_graph(bench: _Bench, level: Any) -> Timing:
+    import torch
+
+    bench.allocate(1)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    bench.launch(0)  # compiles (or loads from Triton's cache)
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - start
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    bench.launch(0)
+    end.record()
+    torch.cuda.synchronize()
+    eager_us = begin.elapsed_time(end) * 1000.0
+    calls = max(1, min(level.max_calls_per_graph, round(TARGET_REPLAY_US / max(eager_us, 1.0))))
+
+    bench.allocate(calls)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                bench.launch(i)
+        events = []
+        for replay in range(level.warmup + level.replays):
+            bench.refill()  # next routings, before the start event
+            if replay < level.warmup:
+                graph.replay()
+                continue
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            graph.replay()
+            end.record()
+            events.append((begin, end))
+        torch.cuda.synchronize()
+        samples = [b.elapsed_time(e) * 1000.0 / calls for b, e in events]
+    finally:
+        graph.reset()
+        del graph
+        bench.slots = []
+    median, p20, p80 = summarize(samples)
+    return Timing(median, p20, p80, compile_s, level.replays, calls)
+
+
+def verify_pair(item: Any, data: Any, dtype: str, corrupt: bool = False) -> Any:
+    """`moetune.tune.verify.Check` of the split call against the PyTorch reference."""
+    from moetune.kernel.naive import naive_fused_moe
+    from moetune.kernel.routing import topk_routing
+    from moetune.tune.verify import compare
+
+    weights, ids = topk_routing(data.router_logits, data.top_k, True)
+    if isinstance(item, Probe):
+        out = split_fused_experts(data, weights, ids, item.up_config(), item.down_config())
+    else:
+        out = split_fused_experts(data, weights, ids, item.as_config(), None)
+    ref = naive_fused_moe(
+        data.x, data.w1, data.w2, data.router_logits, data.top_k, quant=data.quant
+    )
+    if corrupt:
+        out = out + 1.0
+    return compare(out, ref, dtype)
+
+
+def measure_probe(
+    problem: Any, batch_size: int, mode: str, item: Any, data: Any, corrupt: bool = False
+) -> Outcome:
+    """One worker measurement of `item` (a `Probe`, or a candidate under a routing dump)."""
+    if isinstance(item, Probe) and item.uses_tma:
+        quant = data.quant
+        reason = tma_unsupported_reason(
+            data.x.device,
+            quant.dtype if quant is not None else None,
+            quant.block_shape if quant is not None else None,
+        )
+        if reason is not None:
+            return Outcome(item, "unsupported", error=reason)
+    try:
+        if mode == "verify":
+            check = verify_pair(item, data, problem.dtype, corrupt)
+            return Outcome(
+                item,
+                "ok" if check.ok else "wrong_result",
+                error=None if check.ok else check.describe(),
+                rel_rms=check.rel_rms,
+                max_abs=check.max_abs,
+            )
+        bench = _Bench(item, problem, batch_size, data)
+        if mode == "warm":
+            bench.allocate(1)
+            start = time.perf_counter()
+            bench.launch(0)
+            if data.x.is_cuda:
+                import torch
+
+                torch.cuda.synchronize()
+            return Outcome(item, "ok", compile_s=time.perf_counter() - start)
+        timing = time_bench(bench, mode)
+    except Unsupported as exc:
+        return Outcome(item, "unsupported", error=str(exc))
+    return Outcome(item, "ok", timing.median_us, timing.p20_us, timing.p80_us, timing.compile_s)
+
+
+def uses_probe_timing(problem: Any, item: Any, mode: str) -> bool:
+    """Whether the worker times `item` here rather than with `moetune.tune.timing`."""
+    if isinstance(item, Probe):
+        return True
+    return getattr(problem, "routing", None) is not None and mode in ("quick", "full")

@@ -1,0 +1,115 @@
+"""A split (SGLang up/down) tune end to end on the CPU: files, store kinds, TMA skip, resume."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moetune.tune.output import validate_tuned_config
+from moetune.tune.problem import TuneProblem
+from moetune.tune.runner import TuneRequest, make_plan, plan_lines, run_tune
+from moetune.tune.space import DeviceLimits, load_space
+from moetune.tune.store import ResultStore
+
+DATA = Path(__file__).parent / "data"
+PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
+
+
+def cpu_tma_reason():
+    """None when TMA runs here (the interpreter emulates descriptors), else why not."""
+    import torch
+
+    from moetune.tune.probe_timing import tma_unsupported_reason
+
+    return tma_unsupported_reason(torch.device("cpu"), None, None)
+
+
+def split_request(tmp_path, **overrides):
+    values = dict(
+        problem=PROBLEM,
+        batch_sizes=(2, 4),
+        space=tuple(load_space(DATA / "tiny-space.json")),
+        save_dir=tmp_path,
+        engines=("vllm", "sglang"),
+        search="exhaustive",
+        device_name="NVIDIA H200",
+        triton_version="3.6.0",
+    )
+    values.update(overrides)
+    return TuneRequest(**values)
+
+
+def test_the_plan_shows_the_split_and_both_sglang_tables(tmp_path):
+    plan = make_plan(split_request(tmp_path), DeviceLimits.h200())
+    text = "\n".join(plan_lines(plan))
+    assert "Split:       SGLang up/down tables: GEMMs timed alone (up, down, down TMA)," in text
+    assert "Routing:     uniform random" in text
+    assert plan.files[-1].name == "E=4,N=32,device_name=NVIDIA_H200_down.json"
+    vllm_only = make_plan(split_request(tmp_path, engines=("vllm",)), DeviceLimits.h200())
+    assert "Split:" not in "\n".join(plan_lines(vllm_only))
+    with_up = make_plan(split_request(tmp_path, up_tma=True), DeviceLimits.h200())
+    assert "(up, down, down TMA, up TMA)," in "\n".join(plan_lines(with_up))
+
+
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("split")
+    plan = make_plan(split_request(tmp_path), DeviceLimits.h200())
+    first = run_tune(plan)
+    contents = [path.read_text() for path in first.files]
+    second = run_tune(plan)
+    return plan, first, contents, second
+
+
+def test_a_split_tune_writes_three_valid_files_sharing_block_m(split_run):
+    plan, first, contents, _ = split_run
+    assert [p.name for p in first.files] == [p.name for p in plan.files]
+    vllm, sglang, sglang_down = (json.loads(text) for text in contents)
+    validate_tuned_config(first.files[0], "vllm")
+    validate_tuned_config(first.files[1], "sglang")
+    validate_tuned_config(first.files[2], "sglang")
+    for row in first.rows:
+        m = str(row.batch_size)
+        assert vllm[m] == row.config.as_config()  # vLLM keeps the single config
+        assert sglang[m]["BLOCK_SIZE_M"] == sglang_down[m]["BLOCK_SIZE_M"]
+        assert isinstance(sglang_down[m]["USE_TMA"], bool)
+        if cpu_tma_reason() is not None:
+            assert sglang_down[m]["USE_TMA"] is False  # TMA was not measured
+    for result in first.split:
+        assert result.single_us is not None and result.choice is not None
+        if result.split:
+            # Never slower: the pair is written only when faster as a whole call.
+            assert result.pair_us < result.single_us and result.rel_rms < 0.02
+        else:
+            assert sglang[str(result.batch_size)] == result.single.as_config()
+
+
+def test_the_store_holds_every_kind_and_tma_timed_or_skipped_with_its_reason(split_run):
+    plan, *_ = split_run
+    rows = ResultStore(plan.store_path).all()
+    kinds = {row.kind for row in rows}
+    assert kinds == {"whole", "up", "down", "pair"}
+    # Each GEMM alone, every candidate, each batch size.
+    assert sum(1 for r in rows if r.kind == "up" and r.fidelity == "full") == 6
+    assert sum(1 for r in rows if r.kind == "down" and not r.use_tma) == 6
+    tma = [r for r in rows if r.kind == "down" and r.use_tma]
+    reason = cpu_tma_reason()
+    if reason is None:  # the kernel has TMA and the interpreter emulates descriptors
+        assert len([r for r in tma if r.fidelity == "full"]) == 6
+        assert all(r.status == "ok" for r in tma)
+    else:  # measured once, recorded with the reason, and skipped
+        [skipped] = tma
+        assert skipped.status == "unsupported" and skipped.error == reason
+    assert all(r.status == "ok" for r in rows if not r.use_tma)
+    assert not [r for r in rows if r.kind == "up" and r.use_tma]  # --up-tma is off
+
+
+def test_a_split_tune_resumes_from_the_store(split_run):
+    plan, first, contents, second = split_run
+    assert first.measured > 8 and first.reused == 0
+    assert second.measured == 0 and second.reused == first.measured
+    assert [p.read_text() for p in second.files] == contents
+    assert [(r.split, r.up_entry(), r.down_entry()) for r in second.split] == [
+        (r.split, r.up_entry(), r.down_entry()) for r in first.split
+    ]
+    assert len(ResultStore(plan.store_path).all()) == first.measured
