@@ -5,8 +5,9 @@ fused-MoE weights are only ever read, so the ceiling that matters is the read
 bandwidth, not a copy's (which also writes, and is slower per byte read).
 
 Each program walks the buffer with a grid stride, loading `BLOCK` contiguous
-elements at a time (wide vector loads, streamed past L2 with ``.cg`` and
-evict-first), accumulates them in float32, and writes one partial sum; the
+elements at a time (wide vector loads, marked evict-first so they do not
+displace L2; ``.cg`` is not used: ptxas on sm_90 refuses ``.cg`` together with
+``.evict_first``), accumulates them in float32, and writes one partial sum; the
 partials (a few thousand floats) are summed on the host side of the op.
 
 | array      | shape         | dtype            | meaning                              |
@@ -59,7 +60,6 @@ def stream_read_kernel(
             x_ptr + idx,
             mask=idx < numel,
             other=0.0,
-            cache_modifier=".cg",
             eviction_policy="evict_first",
         )
         total += values.to(tl.float32)
