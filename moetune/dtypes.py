@@ -1,0 +1,57 @@
+"""What `moetune tune` can time and write files for: the one list everyone reads.
+
+`moetune extract` (its quantization notes), `moetune tune` (`--dtype` choices,
+`TuneProblem` checks) and the quantization rules (`extract/quant.py`: may tune
+write this engine's file?) all read these tuples, so a new kernel path is
+enabled in one place: add its dtype here once the kernel is checked against
+`kernel/naive.py`.
+
+Kernel dtypes are spelled as the engines spell them in file names
+(``fp8_w8a8``, ``int4_w4a16``...); ``bf16``/``fp16`` are the unquantized kernel.
+"""
+
+from __future__ import annotations
+
+# `--dtype` values `tune` accepts besides `auto`.
+TUNE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8_w8a8", "int8_w8a16")
+
+# Of those, the ones tune can also run with per-output-channel weight scales and
+# per-token activation scales (SGLang's `per_channel_quant=True` files).
+TUNE_PER_CHANNEL_DTYPES: tuple[str, ...] = ()
+
+# Of those, the ones tune can run with static (checkpoint) activation scales;
+# the kernel computes activation scales on the fly otherwise.
+TUNE_STATIC_ACTIVATION_DTYPES: tuple[str, ...] = ()
+
+# Of those, the ones with block-quantized weights (`block_shape=[bn, bk]`).
+TUNE_BLOCK_DTYPES: tuple[str, ...] = ("fp8_w8a8",)
+
+
+def tune_accepts(
+    dtype: str | None,
+    *,
+    per_channel: bool = False,
+    static_activations: bool = False,
+    block: bool = False,
+) -> bool:
+    """Whether `moetune tune` can time this kernel variant (None: unquantized bf16)."""
+    dtype = dtype or "bf16"
+    return (
+        dtype in TUNE_DTYPES
+        and (not per_channel or dtype in TUNE_PER_CHANNEL_DTYPES)
+        and (not static_activations or dtype in TUNE_STATIC_ACTIVATION_DTYPES)
+        and (not block or dtype in TUNE_BLOCK_DTYPES)
+    )
+
+
+def accepted_summary() -> str:
+    """One line naming what tune accepts, for error messages and notes."""
+    extras = []
+    if TUNE_BLOCK_DTYPES:
+        extras.append(f"block-quantized: {', '.join(TUNE_BLOCK_DTYPES)}")
+    if TUNE_PER_CHANNEL_DTYPES:
+        extras.append(f"per-channel: {', '.join(TUNE_PER_CHANNEL_DTYPES)}")
+    if TUNE_STATIC_ACTIVATION_DTYPES:
+        extras.append(f"static activation scales: {', '.join(TUNE_STATIC_ACTIVATION_DTYPES)}")
+    text = ", ".join(TUNE_DTYPES)
+    return f"{text} ({'; '.join(extras)})" if extras else text
