@@ -130,7 +130,9 @@ def resolve_kernel_dtype(
     )
 
 
-def _auto_from_quant(quant: QuantInfo, activation: str, checkpoint_dtype: str | None) -> KernelDtype:
+def _auto_from_quant(
+    quant: QuantInfo, activation: str, checkpoint_dtype: str | None
+) -> KernelDtype:
     experts = quant.experts
     method = quant.method or "unknown"
     if experts is None:

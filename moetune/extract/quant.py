@@ -469,14 +469,20 @@ def detect_quantization(config: dict[str, Any], rules: Rules | None = None) -> Q
         if group is None:
             unmatched.append(name)
             group = QuantGroup(
-                name=name, scheme=None, label="no moetune rule for this scheme", kernel=None, dtype=None
+                name=name,
+                scheme=None,
+                label="no moetune rule for this scheme",
+                kernel=None,
+                dtype=None,
             )
         groups.append(_with_layers(group, covered))
     expert_groups = [g for g in groups if g.expert_layers]
     experts = max(expert_groups, key=lambda g: len(g.expert_layers), default=None)
     mixed = len({(g.kernel, g.block_shape) for g in expert_groups}) > 1
     gate_excluded = any(
-        is_excluded(module) for layer in layers for module in _names(rules.data.get("gate_modules", []), layer)
+        is_excluded(module)
+        for layer in layers
+        for module in _names(rules.data.get("gate_modules", []), layer)
     )
     notes = []
     if unmatched:

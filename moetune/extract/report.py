@@ -163,9 +163,7 @@ def build_report(
     args = (local.local_experts, local.intermediate_size, device.name)
     plans = None
     if quant is not None:
-        plans = {
-            group.name: engine_plan(group, *args) for group in quant.groups if group.scheme
-        }
+        plans = {group.name: engine_plan(group, *args) for group in quant.groups if group.scheme}
     return ExtractReport(
         model=model,
         loaded=loaded,
