@@ -45,13 +45,13 @@ def tune_accepts(
 
 
 def accepted_summary() -> str:
-    """One line naming what tune accepts, for error messages and notes."""
-    extras = []
-    if TUNE_BLOCK_DTYPES:
-        extras.append(f"block-quantized: {', '.join(TUNE_BLOCK_DTYPES)}")
-    if TUNE_PER_CHANNEL_DTYPES:
-        extras.append(f"per-channel: {', '.join(TUNE_PER_CHANNEL_DTYPES)}")
-    if TUNE_STATIC_ACTIVATION_DTYPES:
-        extras.append(f"static activation scales: {', '.join(TUNE_STATIC_ACTIVATION_DTYPES)}")
+    """What tune accepts, for messages: ``bf16, fp16, fp8_w8a8, int8_w8a16; fp8_w8a8 also block-quantized``."""
     text = ", ".join(TUNE_DTYPES)
-    return f"{text} ({'; '.join(extras)})" if extras else text
+    for dtypes, what in (
+        (TUNE_BLOCK_DTYPES, "block-quantized"),
+        (TUNE_PER_CHANNEL_DTYPES, "per-channel"),
+        (TUNE_STATIC_ACTIVATION_DTYPES, "with static activation scales"),
+    ):
+        if dtypes:
+            text += f"; {', '.join(dtypes)} also {what}"
+    return text

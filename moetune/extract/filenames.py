@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moetune.dtypes import accepted_summary
+from moetune.dtypes import TUNE_DTYPES, accepted_summary, tune_accepts
 from moetune.errors import MoetuneError
 from moetune.extract.shape import MoEShape
 
@@ -41,7 +41,8 @@ UNQUANTIZED = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f
 DTYPE_CHOICES = ("auto", "bf16", "fp16", *ENGINE_DTYPES)
 # The quantized dtypes `moetune tune` can tune (its kernel runs them): the one list that
 # `tune --dtype` and every "pass --dtype" suggestion use. A dtype joins when the kernel does.
-TUNABLE_ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a16")
+# Derived from moetune.dtypes.TUNE_DTYPES, the single list (extended with each kernel path).
+TUNABLE_ENGINE_DTYPES = tuple(d for d in TUNE_DTYPES if d not in UNQUANTIZED)
 
 # Used when no GPU is visible; the CLI says so and `--device-name` overrides it.
 FALLBACK_DEVICE_NAME = "NVIDIA H200"
@@ -72,6 +73,36 @@ class KernelDtype:
     per_channel: bool = False
     static_activations: bool = False
     label: str | None = None  # the checkpoint's quantization scheme, when auto found one
+
+    def variant(self) -> str:
+        """``int4_w4a16 group 128``, ``fp8_w8a8 per-channel``, ``bf16``..."""
+        text = self.engine_dtype or ("fp16" if self.activation_dtype == "float16" else "bf16")
+        block = self.block_shape
+        if block and all(block):
+            text += f" block {list(block)}"
+        elif block and block[1]:
+            text += f" group {block[1]}"
+        if self.per_channel:
+            text += " per-channel"
+        if self.static_activations:
+            text += " static activation scales"
+        return text
+
+    def tune_refusal(self) -> str | None:
+        """Why `moetune tune` cannot time this kernel (naming what it accepts), or None."""
+        block = bool(self.block_shape and all(self.block_shape))
+        if tune_accepts(
+            self.engine_dtype,
+            per_channel=self.per_channel,
+            static_activations=self.static_activations,
+            block=block,
+        ):
+            return None
+        source = f" ({self.label})" if self.label else ""
+        return (
+            f"moetune tune cannot time {self.variant()}{source} yet; --dtype accepts "
+            f"{accepted_summary()} ('moetune extract' names the engines' files)"
+        )
 
 
 def resolve_kernel_dtype(

@@ -590,6 +590,6 @@ def describe_variant(group: QuantGroup) -> str:
 def tune_refusal_text(group: QuantGroup) -> str:
     """Why `moetune tune` cannot time this group's kernel, naming what it accepts."""
     return (
-        f"moetune tune cannot time {describe_variant(group)} yet "
-        f"(it accepts --dtype {accepted_summary()})"
+        f"moetune tune cannot time {describe_variant(group)} yet; "
+        f"--dtype accepts {accepted_summary()}"
     )

@@ -260,7 +260,7 @@ def _plan_lines(engine: str, plan: EnginePlan) -> list[str]:
     if plan.file_name:
         lines.append(f"            file: {plan.file_name}")
         if not plan.writable and plan.why_not:
-            lines.append(f"            moetune tune does not write it: {plan.why_not}")
+            lines.append(f"            not written by tune: {plan.why_not}")
     else:
         lines.append(f"            {plan.why_not}")
     return lines
