@@ -165,3 +165,56 @@ def test_detect_device_name_reads_the_first_gpu(monkeypatch, tmp_path):
     smi.chmod(0o755)
     monkeypatch.setattr(filenames.shutil, "which", lambda name: str(smi))
     assert filenames.detect_device_name() == "NVIDIA H200"
+
+
+# What each engine looks up for each quantized kernel (moetune/data/quant_rules.yaml `kernels`):
+# (dtype, block_shape, per_channel) -> vLLM name, SGLang name. N is the unpacked per-rank
+# intermediate size for int4 (vLLM doubles w2's packed dim back before the lookup).
+@pytest.mark.parametrize(
+    "dtype, block, per_channel, vllm, sglang",
+    [
+        ("int4_w4a16", (0, 128), False, ",dtype=int4_w4a16", ",dtype=int4_w4a16"),
+        ("int4_w4a16", (0, 32), False, ",dtype=int4_w4a16", ",dtype=int4_w4a16"),
+        ("int8_w8a16", (0, 128), False, ",dtype=int8_w8a16", ",dtype=int8_w8a16"),
+        ("int8_w8a8", None, True, "", ",dtype=int8_w8a8,per_channel_quant=True"),
+        ("fp8_w8a8", None, True, ",dtype=fp8_w8a8", ",dtype=fp8_w8a8,per_channel_quant=True"),
+        ("fp8_w8a8", None, False, ",dtype=fp8_w8a8", ",dtype=fp8_w8a8"),
+        (
+            "fp8_w8a8",
+            (128, 128),
+            False,
+            ",dtype=fp8_w8a8,block_shape=[128,128]",
+            ",dtype=fp8_w8a8,block_shape=[128, 128]",
+        ),
+    ],
+)
+def test_quantized_name_table(dtype, block, per_channel, vllm, sglang):
+    head = "E=128,N=768,device_name=NVIDIA_H200"
+    assert vllm_config_filename(128, 768, "NVIDIA H200", dtype, block) == f"{head}{vllm}.json"
+    assert sglang_config_filename(
+        128, 768, "NVIDIA H200", dtype, block, per_channel_quant=per_channel
+    ) == (f"{head}{sglang}.json")
+
+
+@pytest.mark.parametrize(
+    "kernel, refused",
+    [
+        (filenames.KernelDtype(None, "bfloat16", None, "x"), None),
+        (filenames.KernelDtype("fp8_w8a8", "bfloat16", (128, 128), "x"), None),
+        (filenames.KernelDtype("int4_w4a16", "float16", (0, 128), "x"), "int4_w4a16 group 128"),
+        (
+            filenames.KernelDtype("fp8_w8a8", "bfloat16", None, "x", per_channel=True),
+            "fp8_w8a8 per-channel",
+        ),
+        (
+            filenames.KernelDtype("fp8_w8a8", "bfloat16", None, "x", static_activations=True),
+            "fp8_w8a8 static activation scales",
+        ),
+    ],
+)
+def test_tune_refusal_names_the_variant_and_what_is_accepted(kernel, refused):
+    message = kernel.tune_refusal()
+    if refused is None:
+        assert message is None
+    else:
+        assert f"cannot time {refused} " in message and "--dtype accepts bf16" in message
