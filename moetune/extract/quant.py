@@ -61,6 +61,7 @@ class EngineRuntime:
     has_file: bool  # False: no Triton config file exists for this quantization
     writable: bool  # False: tune must not write this engine's file (see `why`)
     why: str | None = None
+    n_divisor: int = 1  # the file's N is the per-rank intermediate size divided by this
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class EnginePlan:
     file_name: str | None  # None: no Triton config file for this checkpoint
     writable: bool  # moetune tune writes this engine's file
     why_not: str | None = None
+    file_n: int | None = None  # the N in the file name (packed for SGLang's int4)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +171,7 @@ class EnginePlan:
             "block_shape": list(self.block_shape) if self.block_shape else None,
             "per_channel_quant": self.per_channel_quant,
             "file": self.file_name,
+            "file_n": self.file_n,
             "tune_writes": self.writable,
             "why_not": self.why_not,
         }
@@ -392,6 +395,7 @@ def _runtime(
             has_file=file_spec is not None,
             writable=bool(file_spec) and file_spec.get("writable", True),
             why=file_spec.get("why") if file_spec else None,
+            n_divisor=file_spec.get("n_divisor", 1) if file_spec else 1,
         )
     return runtimes
 
@@ -531,21 +535,23 @@ def _with_layers(group: QuantGroup, layers: tuple[int, ...]) -> QuantGroup:
 def engine_plan(group: QuantGroup, E: int, N: int, device_name: str) -> dict[str, EnginePlan]:
     """Each engine's kernel and file for `group`'s experts on a rank with E experts, N intermediate.
 
-    N is the unpacked per-rank intermediate size: both engines key int4 files on it.
+    N is the per-rank intermediate size; an engine that keys a packed dim
+    (SGLang's int4: N // 2) gets it divided by its `n_divisor`.
     """
     plans = {}
     for engine in ENGINES:
         runtime = group.engines[engine]
         file_name = None
+        file_n = N // runtime.n_divisor
         if runtime.has_file:
             if engine == "vllm":
                 file_name = filenames.vllm_config_filename(
-                    E, N, device_name, runtime.file_dtype, group.block_shape
+                    E, file_n, device_name, runtime.file_dtype, group.block_shape
                 )
             else:
                 file_name = filenames.sglang_config_filename(
                     E,
-                    N,
+                    file_n,
                     device_name,
                     runtime.file_dtype,
                     group.block_shape,
@@ -567,10 +573,27 @@ def engine_plan(group: QuantGroup, E: int, N: int, device_name: str) -> dict[str
             block_shape=group.block_shape,
             per_channel_quant=runtime.per_channel_quant,
             file_name=file_name,
+            file_n=file_n if file_name else None,
             writable=runtime.has_file and runtime.writable and group.tunable,
             why_not=why,
         )
     return plans
+
+
+def engine_file_n(engine: str, N: int, dtype: str | None, rules: Rules | None = None) -> int:
+    """The N `engine` keys its file on for kernel `dtype` and per-rank intermediate size N.
+
+    SGLang keys int4_w4a16 on w2's packed last dim (N // 2, `n_divisor` in
+    quant_rules.yaml); everything else is keyed on N itself.
+    """
+    if dtype is None:
+        return N
+    rules = rules or load_rules()
+    for kernel in rules.kernels.values():
+        files = kernel.get("files")
+        if files and kernel.get("dtype") == dtype and engine in files:
+            return N // files[engine].get("n_divisor", 1)
+    return N
 
 
 def describe_variant(group: QuantGroup) -> str:

@@ -22,6 +22,7 @@ from moetune.extract.quant import (
     QuantInfo,
     describe_variant,
     detect_quantization,
+    engine_file_n,
     engine_plan,
     layer_ranges,
 )
@@ -176,7 +177,9 @@ def build_report(
             *args, kernel_dtype.engine_dtype, kernel_dtype.block_shape
         ),
         sglang_config_file=filenames.sglang_config_filename(
-            *args,
+            local.local_experts,
+            engine_file_n("sglang", local.intermediate_size, kernel_dtype.engine_dtype),
+            device.name,
             kernel_dtype.engine_dtype,
             kernel_dtype.block_shape,
             per_channel_quant=kernel_dtype.per_channel,

@@ -65,7 +65,10 @@ def engine_file_path(
     if engine == "vllm":
         return Path(save_dir) / vllm_config_filename(E, N, device_name, dtype, block)
     if engine == "sglang":
+        from moetune.extract.quant import engine_file_n  # SGLang keys int4 on N // 2
+
         folder = Path(save_dir) / sglang_config_folder(triton_version)
+        N = engine_file_n("sglang", N, dtype)
         return folder / sglang_config_filename(E, N, device_name, dtype, block)
     raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
 

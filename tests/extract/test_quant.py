@@ -17,6 +17,7 @@ import yaml
 from moetune.errors import InvalidMappingsError
 from moetune.extract.quant import (
     detect_quantization,
+    engine_file_n,
     engine_plan,
     layer_ranges,
     load_rules,
@@ -45,7 +46,8 @@ CASES = {
         1,
         (128, 768, "int4_w4a16", (0, 128), False),
         "E=128,N=768,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
-        "E=128,N=768,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
+        # SGLang keys int4 on w2's packed last dim: N // 2.
+        "E=128,N=384,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
         (False, False),
     ),
     "awq-int4": (
@@ -53,7 +55,7 @@ CASES = {
         4,
         (256, 384, "int4_w4a16", (0, 128), False),
         "E=256,N=384,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
-        "E=256,N=384,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
+        "E=256,N=192,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
         (False, False),
     ),
     "ct-w4a16-mixed": (
@@ -61,7 +63,7 @@ CASES = {
         1,
         (256, 512, "int4_w4a16", (0, 128), False),
         "E=256,N=512,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
-        "E=256,N=512,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
+        "E=256,N=256,device_name=NVIDIA_H200,dtype=int4_w4a16.json",
         (False, False),
     ),
     "ct-w8a8-int8": (
@@ -317,3 +319,12 @@ def test_bad_rules_file_is_one_line(tmp_path):
     bad.write_text(yaml.safe_dump(rules))
     with pytest.raises(InvalidMappingsError, match="schemes/0"):
         load_rules(str(bad))
+
+
+def test_engine_file_n_sglang_keys_int4_on_the_packed_dim():
+    # moe_wna16 stores w2 as [E, K, N // 2] uint8; vLLM doubles it back, SGLang does not.
+    assert engine_file_n("vllm", 768, "int4_w4a16") == 768
+    assert engine_file_n("sglang", 768, "int4_w4a16") == 384
+    assert engine_file_n("sglang", 768, "int8_w8a16") == 768
+    assert engine_file_n("sglang", 768, "fp8_w8a8") == 768
+    assert engine_file_n("sglang", 768, None) == 768
