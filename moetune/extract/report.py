@@ -258,8 +258,9 @@ def _plan_lines(engine: str, plan: EnginePlan) -> list[str]:
     lines = [
         f"    {name:<7} runs {plan.kernel}; reads tuned files: {'yes' if plan.reads_files else 'no'}"
     ]
-    if not plan.reads_files and plan.triton:
-        lines.append(f"            Triton path: {plan.triton}")
+    if plan.triton:
+        label = "Triton path" if not plan.reads_files else "Triton"
+        lines.append(f"            {label}: {plan.triton}")
     if plan.file_name:
         lines.append(f"            file: {plan.file_name}")
         if not plan.writable and plan.why_not:
