@@ -154,8 +154,8 @@ def resolve_kernel_dtype(
         None,
         f"checkpoint quant_method {method}",
         note=(
-            f"quant_method {method!r} runs on kernels that do not read these files "
-            "(Marlin, MXFP4...); the names shown are the unquantized kernel's. "
+            f"quant_method {method!r}: no rule in quant_rules.yaml names its kernel; the "
+            "names shown are the unquantized kernel's. "
             f"Pass --dtype ({', '.join(TUNABLE_ENGINE_DTYPES)}) to name another."
         ),
     )
