@@ -26,6 +26,10 @@ TUNE_STATIC_ACTIVATION_DTYPES: tuple[str, ...] = ()
 # Of those, the ones with block-quantized weights (`block_shape=[bn, bk]`).
 TUNE_BLOCK_DTYPES: tuple[str, ...] = ("fp8_w8a8",)
 
+# Of those, the weight-only ones tune can run with group-wise scales
+# (`block_shape=[0, group_size]`, GPTQ/AWQ style); int8_w8a16 is per-channel today.
+TUNE_GROUP_DTYPES: tuple[str, ...] = ()
+
 
 def tune_accepts(
     dtype: str | None,
@@ -33,6 +37,7 @@ def tune_accepts(
     per_channel: bool = False,
     static_activations: bool = False,
     block: bool = False,
+    group: bool = False,
 ) -> bool:
     """Whether `moetune tune` can time this kernel variant (None: unquantized bf16)."""
     dtype = dtype or "bf16"
@@ -41,6 +46,7 @@ def tune_accepts(
         and (not per_channel or dtype in TUNE_PER_CHANNEL_DTYPES)
         and (not static_activations or dtype in TUNE_STATIC_ACTIVATION_DTYPES)
         and (not block or dtype in TUNE_BLOCK_DTYPES)
+        and (not group or dtype in TUNE_GROUP_DTYPES)
     )
 
 
@@ -49,6 +55,7 @@ def accepted_summary() -> str:
     text = ", ".join(TUNE_DTYPES)
     for dtypes, what in (
         (TUNE_BLOCK_DTYPES, "block-quantized"),
+        (TUNE_GROUP_DTYPES, "with group scales"),
         (TUNE_PER_CHANNEL_DTYPES, "per-channel"),
         (TUNE_STATIC_ACTIVATION_DTYPES, "with static activation scales"),
     ):

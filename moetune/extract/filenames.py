@@ -96,6 +96,7 @@ class KernelDtype:
             per_channel=self.per_channel,
             static_activations=self.static_activations,
             block=block,
+            group=bool(self.block_shape and not self.block_shape[0] and self.block_shape[1]),
         ):
             return None
         source = f" ({self.label})" if self.label else ""

@@ -104,6 +104,7 @@ class QuantGroup:
             per_channel=self.per_channel,
             static_activations=self.static_activations,
             block=bool(self.block_shape and all(self.block_shape)),
+            group=bool(self.block_shape and not self.block_shape[0] and self.block_shape[1]),
         )
 
     def to_dict(self) -> dict[str, Any]:

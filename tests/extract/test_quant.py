@@ -194,6 +194,7 @@ def test_mixed_precision_names_each_groups_file_and_layers():
     assert layer_ranges(by_name["group_0"].expert_layers) == "1-30"  # layer 0 is dense
     assert layer_ranges(by_name["group_1"].expert_layers) == "31-39"
     assert by_name["group_1"].dtype == "int8_w8a16"
+    assert not by_name["group_1"].tunable  # group-wise int8 scales: tune runs per-channel only
     assert report.engine_plans["group_1"]["sglang"].file_name == (
         "E=256,N=512,device_name=NVIDIA_H200,dtype=int8_w8a16.json"
     )
