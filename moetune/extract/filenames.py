@@ -120,19 +120,22 @@ def resolve_kernel_dtype(
     only knows ``quant_method: fp8``.
     """
     activation = "float16" if shape.dtype == "float16" else "bfloat16"
-    experts = quant.experts if quant is not None else None
     if requested in UNQUANTIZED:
         return KernelDtype(None, UNQUANTIZED[requested], None, f"--dtype {requested}")
     if requested in ENGINE_DTYPES:
-        if experts is not None and experts.dtype == requested:
+        # The checkpoint's own group of that dtype (mixed precision: any expert group)
+        # brings its block/group shape and scale layout.
+        groups = quant.expert_groups if quant is not None else ()
+        match = next((g for g in groups if g.dtype == requested), None)
+        if match is not None:
             return KernelDtype(
                 requested,
                 activation,
-                experts.block_shape,
+                match.block_shape,
                 f"--dtype {requested}",
-                per_channel=experts.per_channel,
-                static_activations=experts.static_activations,
-                label=experts.label,
+                per_channel=match.per_channel,
+                static_activations=match.static_activations,
+                label=match.label,
             )
         block = shape.weight_block_size if requested == "fp8_w8a8" else None
         return KernelDtype(requested, activation, block, f"--dtype {requested}")

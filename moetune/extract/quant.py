@@ -507,7 +507,7 @@ def detect_quantization(config: dict[str, Any], rules: Rules | None = None) -> Q
         )
         notes.append(
             f"mixed precision: the experts are split over {len(expert_groups)} schemes ({per_group}); "
-            "each needs its own file (tune each with --dtype)"
+            "each needs its own file (--dtype names the other group's)"
         )
     return QuantInfo(
         method=str(method) if method is not None else None,

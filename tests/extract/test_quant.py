@@ -329,3 +329,10 @@ def test_engine_file_n_sglang_keys_int4_on_the_packed_dim():
     assert engine_file_n("sglang", 768, "int8_w8a16") == 768
     assert engine_file_n("sglang", 768, "fp8_w8a8") == 768
     assert engine_file_n("sglang", 768, None) == 768
+
+
+def test_dtype_override_picks_the_mixed_checkpoints_other_group():
+    report = build_report(str(CASES["ct-w4a16-mixed"][0]), dtype="int8_w8a16", device_name=H200)
+    assert report.kernel_dtype.block_shape == (0, 128)  # group_1's group size
+    assert report.vllm_config_file == "E=256,N=512,device_name=NVIDIA_H200,dtype=int8_w8a16.json"
+    assert "int8_w8a16 group 128" in report.kernel_dtype.tune_refusal()
