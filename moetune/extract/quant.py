@@ -1,6 +1,6 @@
 """A checkpoint's quantization, the kernel each engine runs for it, and the file it reads.
 
-The rules are data (`moetune/data/quant_rules.yaml`, validated against
+The rules are data (`quant_rules.yaml`, validated against
 `schemas/quant_rules.schema.json`); this module is the generic evaluator:
 
 1. find `quantization_config` (top level, under `text_config`...);

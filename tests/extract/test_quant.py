@@ -5,7 +5,7 @@ tests/fixtures/configs/) is checked end to end through `build_report`: the
 experts' kernel dtype, its details (group size, zero points, block shape,
 per-channel), what each engine runs by default and the file each engine looks
 up. The expected values come from the configs themselves and the engines'
-public code (see the comments in moetune/data/quant_rules.yaml).
+public code (see the comments in quant_rules.yaml).
 """
 
 import json
@@ -309,7 +309,7 @@ def test_layer_ranges():
 
 
 def test_bad_rules_file_is_one_line(tmp_path):
-    rules = yaml.safe_load((ROOT / "moetune" / "data" / "quant_rules.yaml").read_text())
+    rules = yaml.safe_load((ROOT / "quant_rules.yaml").read_text())
     rules["schemes"][0]["kernel_by_bits"] = {4: "int3_w3a16"}
     bad = tmp_path / "rules.yaml"
     bad.write_text(yaml.safe_dump(rules))
@@ -336,3 +336,10 @@ def test_dtype_override_picks_the_mixed_checkpoints_other_group():
     assert report.kernel_dtype.block_shape == (0, 128)  # group_1's group size
     assert report.vllm_config_file == "E=256,N=512,device_name=NVIDIA_H200,dtype=int8_w8a16.json"
     assert "int8_w8a16 group 128" in report.kernel_dtype.tune_refusal()
+
+
+def test_packaged_rules_are_the_repository_file():
+    from moetune.extract.quant import rules_path, rules_schema_path
+
+    assert rules_path().resolve() == (ROOT / "quant_rules.yaml").resolve()
+    assert rules_schema_path().resolve() == (ROOT / "schemas" / "quant_rules.schema.json").resolve()
