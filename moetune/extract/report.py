@@ -266,5 +266,5 @@ def _plan_lines(engine: str, plan: EnginePlan) -> list[str]:
         if not plan.writable and plan.why_not:
             lines.append(f"            not written by tune: {plan.why_not}")
     else:
-        lines.append(f"            {plan.why_not}")
+        lines.append("            no Triton config file for this kernel")
     return lines

@@ -169,7 +169,7 @@ def test_detect_device_name_reads_the_first_gpu(monkeypatch, tmp_path):
 
 # What each engine looks up for each quantized kernel (quant_rules.yaml `kernels`):
 # (dtype, block_shape, per_channel) -> vLLM name, SGLang name, for the N each engine keys on
-# (SGLang keys int4 on N // 2: extract.quant.engine_file_n; tested in test_quant.py).
+# (SGLang keys int4 on N // 2: extract.quant.engine_file_n; tested in test_quant_rules.py).
 @pytest.mark.parametrize(
     "dtype, block, per_channel, vllm, sglang",
     [
