@@ -597,6 +597,30 @@ def engine_file_n(engine: str, N: int, dtype: str | None, rules: Rules | None = 
     return N
 
 
+def engine_write_refusal(
+    engine: str, dtype: str | None, *, per_channel: bool = False, rules: Rules | None = None
+) -> str | None:
+    """Why tune must not write `engine`'s file for this kernel (None: write it).
+
+    vLLM looks int8_w8a8 configs up under the unquantized name: the rules mark
+    that file `writable: false`, so tune writes only SGLang's.
+    """
+    if dtype is None:
+        return None
+    rules = rules or load_rules()
+    for kernel in rules.kernels.values():
+        files = kernel.get("files")
+        if (
+            files
+            and kernel.get("dtype") == dtype
+            and bool(kernel.get("per_channel")) == per_channel
+            and engine in files
+            and not files[engine].get("writable", True)
+        ):
+            return files[engine].get("why", f"{engine} does not read a {dtype} file")
+    return None
+
+
 def describe_variant(group: QuantGroup) -> str:
     """``int4_w4a16 (group 128)``, ``fp8_w8a8 per-channel``..."""
     text = group.dtype or group.kernel or "unknown"

@@ -19,6 +19,7 @@ from moetune.extract.quant import (
     detect_quantization,
     engine_file_n,
     engine_plan,
+    engine_write_refusal,
     layer_ranges,
     load_rules,
     module_matches,
@@ -343,3 +344,10 @@ def test_packaged_rules_are_the_repository_file():
 
     assert rules_path().resolve() == (ROOT / "quant_rules.yaml").resolve()
     assert rules_schema_path().resolve() == (ROOT / "schemas" / "quant_rules.schema.json").resolve()
+
+
+def test_engine_write_refusal_for_tune():
+    assert "unquantized file name" in engine_write_refusal("vllm", "int8_w8a8", per_channel=True)
+    assert engine_write_refusal("sglang", "int8_w8a8", per_channel=True) is None
+    assert engine_write_refusal("vllm", "fp8_w8a8", per_channel=True) is None
+    assert engine_write_refusal("vllm", None) is None
