@@ -192,8 +192,8 @@ def _auto_from_quant(
             reason,
             note=(
                 f"quant_method {method!r} ({experts.label}): no Triton config file; {served}. "
-                "The names shown are the unquantized kernel's (what --dtype bf16 tunes); "
-                f"tune accepts --dtype {accepted_summary()}"
+                "The names shown are the unquantized kernel's (what --dtype bf16 tunes). "
+                f"Pass --dtype ({', '.join(TUNABLE_ENGINE_DTYPES)}) to name another."
             ),
             label=experts.label,
         )
