@@ -365,3 +365,26 @@ def test_replace_mappings_needs_a_file(capsys, monkeypatch, tmp_path):
     code, _, err = run(capsys, "extract", "--model", "moonshotai/Kimi-K3", "--replace-mappings")
     assert code == 1
     assert err.startswith("Error: unknown architecture 'KimiK3ForConditionalGeneration'")
+
+
+def test_quantized_checkpoint_table_says_what_each_engine_runs(capsys):
+    gptq = str(REPO_ROOT / "moetune/catalog/Qwen__Qwen3-30B-A3B-GPTQ-Int4.json")
+    code, out, err = run(capsys, "extract", "--model", gptq, "--device-name", "NVIDIA H200")
+    assert (code, err) == (0, "")
+    assert "gptq: GPTQ weight-only -> int4_w4a16 group 128, zero points no, act-order no" in out
+    assert "vLLM    runs Marlin MoE" in out and "reads tuned files: no" in out
+    assert "Triton path: --quantization moe_wna16" in out
+    assert "  vLLM    E=128,N=768,device_name=NVIDIA_H200,dtype=int4_w4a16.json\n" in out
+
+
+def test_dtype_override_keeps_the_checkpoints_per_channel_scales(capsys):
+    scout = str(
+        REPO_ROOT / "moetune/catalog/RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json"
+    )
+    code, out, _ = run(
+        capsys, "extract", "--model", scout, "--tp", "4", "--dtype", "fp8_w8a8", "--json"
+    )
+    report = json.loads(out)
+    assert code == 0 and report["per_channel_quant"] is True
+    assert report["sglang_config_file"].endswith(",dtype=fp8_w8a8,per_channel_quant=True.json")
+    assert report["vllm_config_file"] == "E=16,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"

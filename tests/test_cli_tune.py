@@ -218,3 +218,24 @@ def test_benchmark_rejects_a_malformed_config_file(tmp_path):
     result = moetune(["benchmark", "--model", MODEL, "--config", str(bad)])
     assert result.returncode == 1
     assert result.stderr.startswith(f"Error: {bad}: batch size 1: config")
+
+
+QUANT = Path(__file__).resolve().parent.parent / "moetune" / "catalog"
+
+
+def test_dry_run_refuses_a_kernel_tune_cannot_time_in_one_line(tmp_path):
+    gptq = str(QUANT / "Qwen__Qwen3-30B-A3B-GPTQ-Int4.json")
+    result = moetune(["tune", "--model", gptq, "--dry-run", "--save-dir", str(tmp_path)])
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith("Error: moetune tune cannot time int4_w4a16 group 128 (GPTQ")
+    assert "--dtype accepts bf16, fp16, fp8_w8a8" in lines[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_dry_run_of_an_fp8_block_checkpoint_follows_it(tmp_path):
+    fp8 = str(QUANT / "Qwen__Qwen3-30B-A3B-FP8.json")
+    result = CliRunner().invoke(cli, ["tune", "--model", fp8, "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=[128,128]" in result.output

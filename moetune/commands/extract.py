@@ -180,10 +180,23 @@ def _print_tables(report: ExtractReport) -> None:
         ("kernel dtype", dtype_value, dtype_meaning),
     ]
     if kernel.block_shape:
-        rows.append(("block_shape", list(kernel.block_shape), "fp8 weight block [n, k]"))
+        meaning = "group size [0, g]" if not all(kernel.block_shape) else "fp8 weight block [n, k]"
+        rows.append(("block_shape", list(kernel.block_shape), meaning))
+    if kernel.per_channel:
+        rows.append(("per_channel_quant", True, "per-channel weights, per-token activations"))
+    if kernel.static_activations:
+        rows.append(("activation scales", "static", "from the checkpoint"))
     for row in rows:
         per_rank.add_row(*(escape(str(cell)) for cell in row))
     console.print(per_rank)
+
+    from moetune.extract.report import quant_lines
+
+    quant = quant_lines(report)
+    if quant:
+        console.print("\n[bold]Quantization[/bold] (what each engine runs for this checkpoint)")
+        for line in quant:
+            console.print(escape(line))
 
     console.print(
         f"\n[bold]Tuned-config files[/bold] for {escape(report.device.name)} ({report.device.source})"

@@ -140,6 +140,9 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         replace_mappings=options.get("replace_mappings", False),
     )
     kernel = report.kernel_dtype
+    refusal = kernel.tune_refusal()
+    if refusal:
+        raise TuneError(refusal)
     dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
     problem = TuneProblem.from_sharded(report.sharded, dtype, kernel.block_shape)
     if kernel.note:

@@ -26,9 +26,14 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from moetune.dtypes import TUNE_DTYPES, accepted_summary, tune_accepts
 from moetune.errors import MoetuneError
 from moetune.extract.shape import MoEShape
+
+if TYPE_CHECKING:
+    from moetune.extract.quant import QuantInfo
 
 # Kernel dtype strings the engines put in file names (`--dtype` choices besides auto/bf16/fp16).
 ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")
@@ -36,7 +41,8 @@ UNQUANTIZED = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f
 DTYPE_CHOICES = ("auto", "bf16", "fp16", *ENGINE_DTYPES)
 # The quantized dtypes `moetune tune` can tune (its kernel runs them): the one list that
 # `tune --dtype` and every "pass --dtype" suggestion use. A dtype joins when the kernel does.
-TUNABLE_ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a16")
+# Derived from moetune.dtypes.TUNE_DTYPES, the single list (extended with each kernel path).
+TUNABLE_ENGINE_DTYPES = tuple(d for d in TUNE_DTYPES if d not in UNQUANTIZED)
 
 # Used when no GPU is visible; the CLI says so and `--device-name` overrides it.
 FALLBACK_DEVICE_NAME = "NVIDIA H200"
@@ -51,8 +57,12 @@ class KernelDtype:
 
     `engine_dtype` is the file-name string (``"fp8_w8a8"``...) or None for
     unquantized bf16/fp16; `activation_dtype` is the torch dtype name of the
-    activations (``"bfloat16"``/``"float16"``); `block_shape` is the fp8 weight
-    block ``(block_n, block_k)`` or None; `reason` says where the choice came from.
+    activations (``"bfloat16"``/``"float16"``); `block_shape` is the block shape
+    the engines pass: the fp8 weight block ``(block_n, block_k)``, or
+    ``(0, group_size)`` for int4/int8 weight-only kernels, or None; `per_channel`
+    marks per-channel weight / per-token activation scales (SGLang's
+    ``per_channel_quant``), `static_activations` activation scales stored in the
+    checkpoint; `reason` says where the choice came from.
     """
 
     engine_dtype: str | None
@@ -60,26 +70,81 @@ class KernelDtype:
     block_shape: tuple[int, int] | None
     reason: str
     note: str | None = None
+    per_channel: bool = False
+    static_activations: bool = False
+    label: str | None = None  # the checkpoint's quantization scheme, when auto found one
+
+    def variant(self) -> str:
+        """``int4_w4a16 group 128``, ``fp8_w8a8 per-channel``, ``bf16``..."""
+        text = self.engine_dtype or ("fp16" if self.activation_dtype == "float16" else "bf16")
+        block = self.block_shape
+        if block and all(block):
+            text += f" block {list(block)}"
+        elif block and block[1]:
+            text += f" group {block[1]}"
+        if self.per_channel:
+            text += " per-channel"
+        if self.static_activations:
+            text += " static activation scales"
+        return text
+
+    def tune_refusal(self) -> str | None:
+        """Why `moetune tune` cannot time this kernel (naming what it accepts), or None."""
+        block = bool(self.block_shape and all(self.block_shape))
+        if tune_accepts(
+            self.engine_dtype,
+            per_channel=self.per_channel,
+            static_activations=self.static_activations,
+            block=block,
+            group=bool(self.block_shape and not self.block_shape[0] and self.block_shape[1]),
+        ):
+            return None
+        source = f" ({self.label})" if self.label else ""
+        return (
+            f"moetune tune cannot time {self.variant()}{source} yet; --dtype accepts "
+            f"{accepted_summary()} ('moetune extract' names the engines' files)"
+        )
 
 
-def resolve_kernel_dtype(shape: MoEShape, requested: str = "auto") -> KernelDtype:
+def resolve_kernel_dtype(
+    shape: MoEShape, requested: str = "auto", quant: QuantInfo | None = None
+) -> KernelDtype:
     """Pick the kernel dtype from the checkpoint (``auto``) or the user's `--dtype`.
 
-    ``auto`` maps ``quant_method: fp8`` to ``fp8_w8a8`` with the checkpoint's
-    ``weight_block_size``. Other quantization methods (compressed-tensors,
-    mxfp4, gptq, awq...) are served by kernels that do not read these files
-    (Marlin, MXFP4), so ``auto`` falls back to the unquantized names and says so.
+    With `quant` (see `moetune.extract.quant.detect_quantization`) ``auto``
+    follows the scheme of the group that covers the routed experts: GPTQ/AWQ
+    and compressed-tensors W4A16 -> ``int4_w4a16`` ``(0, group_size)``, W8A8
+    int8 -> ``int8_w8a8`` per-channel, FP8-dynamic per-channel, fp8 block...
+    Checkpoints whose experts run on kernels that read no tuned config (MXFP4,
+    NVFP4) keep the unquantized names and say so. Without `quant`, ``auto``
+    only knows ``quant_method: fp8``.
     """
     activation = "float16" if shape.dtype == "float16" else "bfloat16"
     if requested in UNQUANTIZED:
         return KernelDtype(None, UNQUANTIZED[requested], None, f"--dtype {requested}")
     if requested in ENGINE_DTYPES:
+        # The checkpoint's own group of that dtype (mixed precision: any expert group)
+        # brings its block/group shape and scale layout.
+        groups = quant.expert_groups if quant is not None else ()
+        match = next((g for g in groups if g.dtype == requested), None)
+        if match is not None:
+            return KernelDtype(
+                requested,
+                activation,
+                match.block_shape,
+                f"--dtype {requested}",
+                per_channel=match.per_channel,
+                static_activations=match.static_activations,
+                label=match.label,
+            )
         block = shape.weight_block_size if requested == "fp8_w8a8" else None
         return KernelDtype(requested, activation, block, f"--dtype {requested}")
     if requested != "auto":
         raise MoetuneError(
             f"unknown dtype {requested!r}; choose one of: {', '.join(DTYPE_CHOICES)}"
         )
+    if quant is not None:
+        return _auto_from_quant(quant, activation, shape.dtype)
     method = shape.quant_method
     if method is None:
         return KernelDtype(None, activation, None, f"checkpoint dtype {shape.dtype or 'unset'}")
@@ -93,10 +158,53 @@ def resolve_kernel_dtype(shape: MoEShape, requested: str = "auto") -> KernelDtyp
         None,
         f"checkpoint quant_method {method}",
         note=(
-            f"quant_method {method!r} runs on kernels that do not read these files "
-            "(Marlin, MXFP4...); the names shown are the unquantized kernel's. "
+            f"quant_method {method!r}: no rule in quant_rules.yaml names its kernel; the "
+            "names shown are the unquantized kernel's. "
             f"Pass --dtype ({', '.join(TUNABLE_ENGINE_DTYPES)}) to name another."
         ),
+    )
+
+
+def _auto_from_quant(
+    quant: QuantInfo, activation: str, checkpoint_dtype: str | None
+) -> KernelDtype:
+    experts = quant.experts
+    method = quant.method or "unknown"
+    if experts is None:
+        return KernelDtype(
+            None,
+            activation,
+            None,
+            f"checkpoint dtype {checkpoint_dtype or 'unset'} (quant_method {method} leaves the experts out)",
+        )
+    reason = f"checkpoint quant_method {method}: {experts.label}"
+    if experts.dtype is None:
+        vllm, sglang = experts.engines.get("vllm"), experts.engines.get("sglang")
+        served = (
+            f"vLLM runs {vllm.kernel}, SGLang {sglang.kernel}"
+            if vllm and sglang
+            else "no moetune rule names the kernel"
+        )
+        return KernelDtype(
+            None,
+            activation,
+            None,
+            reason,
+            note=(
+                f"quant_method {method!r} ({experts.label}): no Triton config file; {served}. "
+                "The names shown are the unquantized kernel's (what --dtype bf16 tunes). "
+                f"Pass --dtype ({', '.join(TUNABLE_ENGINE_DTYPES)}) to name another."
+            ),
+            label=experts.label,
+        )
+    return KernelDtype(
+        experts.dtype,
+        activation,
+        experts.block_shape,
+        reason,
+        per_channel=experts.per_channel,
+        static_activations=experts.static_activations,
+        label=experts.label,
     )
 
 

@@ -16,6 +16,16 @@ from moetune.extract import filenames
 from moetune.extract.evaluate import extract_shape
 from moetune.extract.filenames import KernelDtype, resolve_kernel_dtype
 from moetune.extract.mappings import load_registry
+from moetune.extract.quant import (
+    EnginePlan,
+    QuantGroup,
+    QuantInfo,
+    describe_variant,
+    detect_quantization,
+    engine_file_n,
+    engine_plan,
+    layer_ranges,
+)
 from moetune.extract.shape import Extraction, ShardedShape
 from moetune.extract.sharding import shard
 from moetune.extract.sources import LoadedConfig, load_config
@@ -43,6 +53,9 @@ class ExtractReport:
     vllm_config_file: str
     sglang_config_file: str
     notes: tuple[str, ...] = ()
+    quant: QuantInfo | None = None
+    # Per quantization group covering experts: engine -> its kernel and file.
+    engine_plans: dict[str, dict[str, EnginePlan]] | None = None
 
     @property
     def sglang_config_dir(self) -> str:
@@ -71,6 +84,8 @@ class ExtractReport:
             "engine_dtype": self.kernel_dtype.engine_dtype,
             "activation_dtype": self.kernel_dtype.activation_dtype,
             "block_shape": _list(self.kernel_dtype.block_shape),
+            "per_channel_quant": self.kernel_dtype.per_channel,
+            "static_activations": self.kernel_dtype.static_activations,
             "dtype_reason": self.kernel_dtype.reason,
             "device_name": self.device.name,
             "device_name_source": self.device.source,
@@ -79,7 +94,33 @@ class ExtractReport:
             "sglang_config_file": self.sglang_config_file,
             "sglang_config_dir": self.sglang_config_dir,
             "triton_version": self.triton_version,
+            "quantization": self._quant_dict(),
             "notes": list(self.notes),
+        }
+
+    def _quant_dict(self) -> dict[str, Any] | None:
+        quant = self.quant
+        if quant is None:
+            return None
+        plans = self.engine_plans or {}
+        return {
+            "method": quant.method,
+            "config_path": quant.source,
+            "mixed": quant.mixed,
+            "experts_group": quant.experts.name if quant.experts else None,
+            "experts_excluded": quant.experts_excluded,
+            "gate_excluded": quant.gate_excluded,
+            "excluded_modules": quant.excluded_count,
+            "groups": [
+                {
+                    **group.to_dict(),
+                    "engines": {
+                        engine: plan.to_dict() for engine, plan in plans.get(group.name, {}).items()
+                    },
+                }
+                for group in quant.groups
+            ],
+            "notes": list(quant.notes),
         }
 
 
@@ -117,9 +158,13 @@ def build_report(
     registry = load_registry(mappings, replace=replace_mappings)
     extraction = extract_shape(loaded.config, registry)
     local = shard(extraction.shape, tp=tp, ep=ep, ep_size=ep_size)
-    kernel_dtype = resolve_kernel_dtype(extraction.shape, dtype)
+    quant = detect_quantization(loaded.config)
+    kernel_dtype = resolve_kernel_dtype(extraction.shape, dtype, quant)
     device = resolve_device_name(device_name)
     args = (local.local_experts, local.intermediate_size, device.name)
+    plans = None
+    if quant is not None:
+        plans = {group.name: engine_plan(group, *args) for group in quant.groups if group.scheme}
     return ExtractReport(
         model=model,
         loaded=loaded,
@@ -132,20 +177,35 @@ def build_report(
             *args, kernel_dtype.engine_dtype, kernel_dtype.block_shape
         ),
         sglang_config_file=filenames.sglang_config_filename(
-            *args, kernel_dtype.engine_dtype, kernel_dtype.block_shape
+            local.local_experts,
+            engine_file_n("sglang", local.intermediate_size, kernel_dtype.engine_dtype),
+            device.name,
+            kernel_dtype.engine_dtype,
+            kernel_dtype.block_shape,
+            per_channel_quant=kernel_dtype.per_channel,
         ),
-        notes=_notes(extraction, local, kernel_dtype, device),
+        notes=_notes(extraction, local, kernel_dtype, device, quant),
+        quant=quant,
+        engine_plans=plans,
     )
 
 
 def _notes(
-    extraction: Extraction, local: ShardedShape, kernel_dtype: KernelDtype, device: DeviceName
+    extraction: Extraction,
+    local: ShardedShape,
+    kernel_dtype: KernelDtype,
+    device: DeviceName,
+    quant: QuantInfo | None = None,
 ) -> tuple[str, ...]:
     # The evaluator already explains guessed values and transformers defaults.
     notes = list(extraction.notes)
     shape = extraction.shape
     if kernel_dtype.note:
         notes.append(kernel_dtype.note)
+    if quant is not None:
+        notes.extend(quant.notes)
+        if quant.experts is not None:
+            notes.extend(quant.experts.notes)
     if device.source.startswith("fallback"):
         notes.append(
             f"no GPU visible: the file names are for {device.name}; pass --device-name "
@@ -158,3 +218,53 @@ def _notes(
             "the fused ones); moetune does not guess whether it does"
         )
     return tuple(notes)
+
+
+def quant_lines(report: ExtractReport) -> list[str]:
+    """The `Quantization` section of `moetune extract`'s table, as plain lines ([] when none)."""
+    quant = report.quant
+    if quant is None:
+        return []
+    lines = [f"quant_method {quant.method or 'unset'} ({quant.source})"]
+    if quant.experts is None:
+        lines.append("  the routed experts are not quantized (excluded or not targeted)")
+    plans = report.engine_plans or {}
+    for group in quant.expert_groups or quant.groups:
+        lines.append(f"  {group.name}: {group.label} -> {_group_details(group)}")
+        if quant.mixed or len(quant.groups) > 1:
+            lines.append(f"    expert layers {layer_ranges(group.expert_layers) or 'none'}")
+        for engine, plan in plans.get(group.name, {}).items():
+            lines.extend(_plan_lines(engine, plan))
+    if quant.gate_excluded:
+        lines.append("  the router gate is listed as unquantized")
+    return lines
+
+
+def _group_details(group: QuantGroup) -> str:
+    parts = [describe_variant(group)]
+    if group.bits is not None and group.dtype is None:
+        parts.append(f"{group.bits}-bit")
+    if group.zero_point is not None:
+        parts.append(f"zero points {'yes' if group.zero_point else 'no'}")
+    if group.desc_act is not None:
+        parts.append(f"act-order {'yes' if group.desc_act else 'no'}")
+    if group.activation_scheme:
+        parts.append(f"activation_scheme {group.activation_scheme}")
+    return ", ".join(parts)
+
+
+def _plan_lines(engine: str, plan: EnginePlan) -> list[str]:
+    name = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
+    lines = [
+        f"    {name:<7} runs {plan.kernel}; reads tuned files: {'yes' if plan.reads_files else 'no'}"
+    ]
+    if plan.triton:
+        label = "Triton path" if not plan.reads_files else "Triton"
+        lines.append(f"            {label}: {plan.triton}")
+    if plan.file_name:
+        lines.append(f"            file: {plan.file_name}")
+        if not plan.writable and plan.why_not:
+            lines.append(f"            not written by tune: {plan.why_not}")
+    else:
+        lines.append("            no Triton config file for this kernel")
+    return lines

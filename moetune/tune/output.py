@@ -75,7 +75,10 @@ def engine_file_path(
     if engine == "vllm" and not down:
         return Path(save_dir) / vllm_config_filename(E, N, device_name, dtype, block)
     if engine == "sglang":
+        from moetune.extract.quant import engine_file_n  # SGLang keys int4 on N // 2
+
         folder = Path(save_dir) / sglang_config_folder(triton_version)
+        N = engine_file_n("sglang", N, dtype)
         name = sglang_down_config_filename if down else sglang_config_filename
         return folder / name(E, N, device_name, dtype, block)
     if engine == "vllm":

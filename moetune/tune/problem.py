@@ -12,15 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from moetune.dtypes import TUNE_BLOCK_DTYPES
+from moetune.dtypes import TUNE_DTYPES as _TUNE_DTYPES
 from moetune.errors import TuneError
 
 if TYPE_CHECKING:
     from moetune.extract.shape import ShardedShape
 
-# Kernel dtype strings the tuner accepts, as the engines spell them ("bf16"/"fp16" unquantized).
-TUNE_DTYPES = ("bf16", "fp16", "fp8_w8a8", "int8_w8a16")
-# Only fp8 w8a8 has a block-quantized kernel path (DeepSeek-style [128, 128] weight blocks).
-BLOCK_QUANT_DTYPES = ("fp8_w8a8",)
+# Kernel dtype strings the tuner accepts, as the engines spell them ("bf16"/"fp16" unquantized),
+# and those with a block-quantized path: one list for extract and tune, in moetune/dtypes.py.
+TUNE_DTYPES = _TUNE_DTYPES
+BLOCK_QUANT_DTYPES = TUNE_BLOCK_DTYPES
 
 
 @dataclass(frozen=True)

@@ -208,3 +208,59 @@ def test_sglang_down_suffix_comes_after_per_channel_quant():
         sglang_down_config_filename(161, 192, "NVIDIA H200", "fp8_w8a8", per_channel_quant=True)
         == "E=161,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8,per_channel_quant=True_down.json"
     )
+
+
+# What each engine looks up for each quantized kernel (quant_rules.yaml `kernels`):
+# (dtype, block_shape, per_channel) -> vLLM name, SGLang name, for the N each engine keys on
+# (SGLang keys int4 on N // 2: extract.quant.engine_file_n; tested in test_quant_rules.py).
+@pytest.mark.parametrize(
+    "dtype, block, per_channel, vllm, sglang",
+    [
+        ("int4_w4a16", (0, 128), False, ",dtype=int4_w4a16", ",dtype=int4_w4a16"),
+        ("int4_w4a16", (0, 32), False, ",dtype=int4_w4a16", ",dtype=int4_w4a16"),
+        ("int8_w8a16", (0, 128), False, ",dtype=int8_w8a16", ",dtype=int8_w8a16"),
+        ("int8_w8a8", None, True, "", ",dtype=int8_w8a8,per_channel_quant=True"),
+        ("fp8_w8a8", None, True, ",dtype=fp8_w8a8", ",dtype=fp8_w8a8,per_channel_quant=True"),
+        ("fp8_w8a8", None, False, ",dtype=fp8_w8a8", ",dtype=fp8_w8a8"),
+        (
+            "fp8_w8a8",
+            (128, 128),
+            False,
+            ",dtype=fp8_w8a8,block_shape=[128,128]",
+            ",dtype=fp8_w8a8,block_shape=[128, 128]",
+        ),
+    ],
+)
+def test_quantized_name_table(dtype, block, per_channel, vllm, sglang):
+    head = "E=128,N=768,device_name=NVIDIA_H200"
+    assert vllm_config_filename(128, 768, "NVIDIA H200", dtype, block) == f"{head}{vllm}.json"
+    assert sglang_config_filename(
+        128, 768, "NVIDIA H200", dtype, block, per_channel_quant=per_channel
+    ) == (f"{head}{sglang}.json")
+
+
+@pytest.mark.parametrize(
+    "kernel, refused",
+    [
+        (filenames.KernelDtype(None, "bfloat16", None, "x"), None),
+        (filenames.KernelDtype("fp8_w8a8", "bfloat16", (128, 128), "x"), None),
+        (filenames.KernelDtype("int4_w4a16", "float16", (0, 128), "x"), "int4_w4a16 group 128"),
+        # int8_w8a16 runs per-channel only: a group-quantized checkpoint is refused.
+        (filenames.KernelDtype("int8_w8a16", "bfloat16", None, "x"), None),
+        (filenames.KernelDtype("int8_w8a16", "bfloat16", (0, 128), "x"), "int8_w8a16 group 128"),
+        (
+            filenames.KernelDtype("fp8_w8a8", "bfloat16", None, "x", per_channel=True),
+            "fp8_w8a8 per-channel",
+        ),
+        (
+            filenames.KernelDtype("fp8_w8a8", "bfloat16", None, "x", static_activations=True),
+            "fp8_w8a8 static activation scales",
+        ),
+    ],
+)
+def test_tune_refusal_names_the_variant_and_what_is_accepted(kernel, refused):
+    message = kernel.tune_refusal()
+    if refused is None:
+        assert message is None
+    else:
+        assert f"cannot time {refused} " in message and "--dtype accepts bf16" in message
