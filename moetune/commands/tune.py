@@ -85,6 +85,28 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     help="SGLang split tune: also try TMA on the up GEMM (read by SGLang since PR #33559).",
 )
 @click.option("--overwrite", is_flag=True, help="Measure again what the results store already has.")
+@click.option(
+    "--compare-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Also compare with the tuned files in DIR (searched before the engines' own folders).",
+)
+@click.option(
+    "--install",
+    type=click.Choice(ENGINE_CHOICES),
+    help="After the check against the reference, copy the files where the engine reads them: "
+    "$VLLM_TUNED_CONFIG_FOLDER / $SGLANG_MOE_CONFIG_DIR if set, else the installed engine's "
+    "configs folder.",
+)
+@click.option(
+    "--install-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Install into DIR instead (prints the export line the engine then needs).",
+)
+@click.option(
+    "--overwrite-installed",
+    is_flag=True,
+    help="With --install: replace a different existing file (a .bak-<time> copy is kept).",
+)
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
     batch_sizes: tuple[int, ...],
@@ -100,6 +122,10 @@ def tune(
     routing: str,
     up_tma: bool,
     overwrite: bool,
+    compare_dir: Path | None,
+    install: str | None,
+    install_dir: Path | None,
+    overwrite_installed: bool,
     json_: bool,
     **model: object,
 ) -> None:
@@ -109,6 +135,12 @@ def tune(
     Example usage:
         moetune tune --model Qwen/Qwen3-30B-A3B --tp 1
         moetune tune --model mistralai/Mixtral-8x7B-v0.1 --tp 2 --batch-size 64 --dry-run
+        moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 --install vllm
+
+    The summary compares the written config, per batch size, with what the engine
+    runs without it (vLLM's and SGLang's fallback configs) and with the file it
+    would load today ($VLLM_TUNED_CONFIG_FOLDER, $SGLANG_MOE_CONFIG_DIR, the
+    installed engine's configs, or --compare-dir), all timed in the same run.
     """
     from rich.console import Console
 
@@ -118,6 +150,8 @@ def tune(
     out = Console(stderr=json_, highlight=False)
     err = Console(stderr=True, highlight=False)
     resolved = problem_from_options(model, dry_run=dry_run)
+    engines = ("vllm", "sglang") if engine == "both" else (engine,)
+    targets = _install_targets(install, install_dir, engines, resolved.triton_version)
     for note in resolved.notes:
         err.print(f"Note: {note}")
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
@@ -133,7 +167,7 @@ def tune(
         batch_sizes=tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES),
         space=tuple(load_space(space_file) if space_file else default_space()),
         save_dir=save_dir,
-        engines=("vllm", "sglang") if engine == "both" else (engine,),
+        engines=engines,
         search=search,
         device_name=resolved.device_name,
         triton_version=resolved.triton_version,
@@ -145,21 +179,111 @@ def tune(
         source=resolved.source,
         space_source=space_file or "vLLM/SGLang default grid",
         up_tma=up_tma,
+        compare_dir=compare_dir,
     )
     plan = make_plan(request, resolved.limits)
     for line in plan_lines(plan):
         out.print(line, markup=False, soft_wrap=True)
+    for target in targets:
+        out.print(
+            f"Install:     {target.engine} -> {target.folder} ({target.source})", markup=False
+        )
     if dry_run:
         if json_:
             click.echo(json.dumps(plan_json(plan), indent=2))
         return
     summary = _run_with_progress(plan, err)
+    if not json_:
+        _print_summary(summary, out)
+    installed, exports = _install(targets, summary, overwrite_installed, out)
     if json_:
         from moetune.tune.runner import summary_json
 
-        click.echo(json.dumps(summary_json(summary), indent=2))
-        return
-    _print_summary(summary, out)
+        report = summary_json(summary)
+        report["installed"] = installed
+        report["exports"] = exports
+        click.echo(json.dumps(report, indent=2))
+
+
+def _headline(summary) -> str:  # noqa: ANN001
+    """One line: geomean speedup over the engines' fallback and over the existing files."""
+    parts = []
+    for baseline in summary.baselines:
+        speedup = summary.geomean_speedup(baseline.key)
+        if speedup is not None:
+            parts.append(f"{speedup:.2f}x over the {baseline.label}")
+    if not any(b.key.endswith("_file") for b in summary.baselines):
+        parts.append("no existing engine file to compare with (see `moetune check`)")
+    return "Geomean speedup: " + ("; ".join(parts) if parts else "no baseline timed") + "."
+
+
+def _install_targets(install, install_dir, engines, triton_version):  # noqa: ANN001, ANN202
+    """Resolve and check the install folders before any tuning (fail fast)."""
+    from moetune.engines.install import check_writable, install_target
+
+    if install is None:
+        if install_dir is not None:
+            raise click.UsageError("--install-dir needs --install vllm|sglang|both")
+        return []
+    wanted = ("vllm", "sglang") if install == "both" else (install,)
+    missing = [name for name in wanted if name not in engines]
+    if missing:
+        raise click.UsageError(
+            f"--install {install} needs --engine to write the {', '.join(missing)} file too"
+        )
+    targets = []
+    for name in wanted:
+        if name == "sglang" and triton_version == "unknown":
+            raise click.UsageError(
+                "--install sglang: Triton is not installed, so the configs/triton_X_Y_Z folder "
+                "SGLang reads is unknown"
+            )
+        target = install_target(name, triton_version, install_dir)
+        check_writable(target)
+        targets.append(target)
+    return targets
+
+
+def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
+    from moetune.engines.install import engine_files, install_files
+    from moetune.tune.output import engine_file_path
+
+    installed, exports = [], []
+    for target in targets:
+        request = summary.plan.request
+        main = engine_file_path(
+            target.engine,
+            request.problem,
+            request.device_name,
+            request.triton_version,
+            request.save_dir,
+        )
+        for done in install_files(target, engine_files(target.engine, main), overwrite=overwrite):
+            installed.append(
+                {
+                    "engine": target.engine,
+                    "source": str(done.source),
+                    "target": str(done.target),
+                    "status": done.status,
+                    "backup": None if done.backup is None else str(done.backup),
+                }
+            )
+            backup = f" (backup: {done.backup})" if done.backup else ""
+            console.print(
+                f"{done.status.capitalize()} for {target.engine} ({target.source}): "
+                f"{done.target}{backup}",
+                markup=False,
+                soft_wrap=True,
+            )
+        if target.export:
+            exports.append(target.export)
+            reads = (
+                "SGLang then reads only this folder, not its bundled configs"
+                if target.engine == "sglang"
+                else "vLLM reads it before its own configs"
+            )
+            console.print(f"To use it: {target.export}  ({reads})", markup=False, soft_wrap=True)
+    return installed, exports
 
 
 def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay lazy
@@ -215,20 +339,31 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
     table = Table(title=f"{summary.plan.problem.key()} on {summary.plan.request.device_name}")
-    for name in ("M", "config (BLOCK M/N/K, GROUP, warps, stages)", "us", "default us"):
-        table.add_column(name, justify="right" if name != "config" else "left")
-    table.add_column("speedup", justify="right")
+    table.add_column("M", justify="right")
+    table.add_column("config (BLOCK M/N/K, GROUP, warps, stages)")
+    table.add_column("us", justify="right")
+    for baseline in summary.baselines:
+        table.add_column(f"{baseline.label} us (speedup)", justify="right")
     table.add_column("of roofline", justify="right")
     for row in summary.rows:
-        table.add_row(
+        cells = [
             str(row.batch_size),
             row.config.short() + (f" (#{row.verified_rank + 1})" if row.verified_rank else ""),
             f"{row.latency_us:.1f}",
-            "-" if row.default_latency_us is None else f"{row.default_latency_us:.1f}",
-            "-" if row.speedup is None else f"{row.speedup:.2f}x",
-            "-" if row.roofline_fraction is None else f"{100 * row.roofline_fraction:.0f} %",
+        ]
+        for baseline in summary.baselines:
+            base = row.baseline_us.get(baseline.key)
+            cells.append(
+                "-" if base is None else f"{base:.1f} ({row.speedup_over(baseline.key):.2f}x)"
+            )
+        cells.append(
+            "-" if row.roofline_fraction is None else f"{100 * row.roofline_fraction:.0f} %"
         )
+        table.add_row(*cells)
     console.print(table)
+    console.print(_headline(summary), markup=False, soft_wrap=True)
+    for baseline in summary.baselines:
+        console.print(f"  {baseline.label}: {baseline.source}", markup=False, soft_wrap=True)
     if summary.ceilings is not None:
         console.print(summary.ceilings.describe(summary.plan.problem.dtype), markup=False)
     for note in summary.notes:

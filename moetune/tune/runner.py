@@ -4,11 +4,13 @@ plan      shape, batch sizes, candidates left after each pruning rule, the
           files it will write (pure; `--dry-run` stops after printing it)
 search    exhaustive or fast search over a `StoreMeasurer` (resumable),
           with a progress bar on stderr
-baseline  the default config at every batch size, same harness ("full")
+baseline  the engines' own configs at every batch size, same harness ("full"):
+          vLLM's/SGLang's fallback and the file each would load today
+          (`moetune.tune.baselines`)
 verify    each winner against the PyTorch reference; a wrong one is never
           written, the next best is checked instead
 write     the vLLM and SGLang files, atomically, schema-validated
-summary   per batch size: config, latency, speedup over the default config,
+summary   per batch size: config, latency, speedup over each baseline,
           fraction of the roofline floor (read bandwidth and the dtype's
           matmul peak, measured on this GPU: `moetune.tune.ceilings`)
 """
@@ -55,6 +57,7 @@ class TuneRequest:
     source: str = ""  # where the shape came from, for the plan
     space_source: str = "default grid"
     up_tma: bool = False  # split tune: also search the up GEMM with TMA
+    compare_dir: Path | None = None  # a folder of existing files to compare against
 
 
 @dataclass(frozen=True)
@@ -77,16 +80,15 @@ class BatchResult:
     batch_size: int
     config: Candidate
     latency_us: float
-    default_latency_us: float | None
     floor_us: float | None
     verified_rank: int  # 0: the measured best; k: the k-th runner-up (the ones above were wrong)
     rel_rms: float | None
+    baseline_us: dict[str, float | None] = field(default_factory=dict)  # by Baseline.key
 
-    @property
-    def speedup(self) -> float | None:
-        if self.default_latency_us is None:
-            return None
-        return self.default_latency_us / self.latency_us
+    def speedup_over(self, key: str) -> float | None:
+        """Baseline time over the written config's time (None: baseline not timed)."""
+        base = self.baseline_us.get(key)
+        return None if base is None else base / self.latency_us
 
     @property
     def roofline_fraction(self) -> float | None:
@@ -107,6 +109,12 @@ class TuneSummary:
     ceilings: Any = None
     compile: dict[str, float] = field(default_factory=dict)
     split: list[Any] = field(default_factory=list)  # moetune.tune.split.SplitResult per batch size
+    baselines: list[Any] = field(default_factory=list)  # moetune.tune.baselines.Baseline
+
+    def geomean_speedup(self, key: str) -> float | None:
+        from moetune.tune.baselines import geomean_speedup
+
+        return geomean_speedup([(row.baseline_us.get(key), row.latency_us) for row in self.rows])
 
 
 def planned_files(
@@ -306,12 +314,22 @@ def run_tune(
     backend: Backend | None = None,
 ) -> TuneSummary:
     """Search, baseline, verify and write; see the module docstring."""
+    from moetune.tune.baselines import engine_baselines, time_baselines
     from moetune.tune.output import write_engine_files
     from moetune.tune.strategy import exhaustive_search, fast_search
 
     request, problem = plan.request, plan.problem
     started = time.perf_counter()
     summary = TuneSummary(plan)
+    # Before any timing: a malformed existing file fails the run now, not after the search.
+    summary.baselines = engine_baselines(
+        problem,
+        request.batch_sizes,
+        request.engines,
+        request.device_name,
+        request.triton_version,
+        compare_dir=request.compare_dir,
+    )
     store = ResultStore(plan.store_path)
     context = RunContext(problem, request.device_name, request.triton_version)
     backend = backend or make_backend(request)
@@ -328,20 +346,14 @@ def run_tune(
         else:
             found = fast_search(request.batch_sizes, space_for, measurer, problem, plan.limits)
 
-        defaults = {}
-        for m in request.batch_sizes:
-            candidate = default_candidate(problem, m)
-            measured = measurer.measure(m, [candidate], "full")[candidate]
-            defaults[m] = measured.latency_us if measured.status == "ok" else None
-            if measured.status != "ok":
-                summary.notes.append(
-                    f"M={m}: the default config failed ({measured.status}: {measured.error})"
-                )
+        baseline_us = time_baselines(
+            measurer, summary.baselines, request.batch_sizes, summary.notes
+        )
 
         choices = {}
         for m, result in found.items():
-            # Every full-fidelity timing of this batch size competes, the default config's
-            # too: the written config is never one measured slower than the default.
+            # Every full-fidelity timing of this batch size competes, the engine baselines'
+            # too: the written config is never one measured slower than an engine's own.
             best = result.best
             ranking = ranked(store, context, m, best.fidelity)
             choices[m] = ranking if best in ranking else [best, *ranking]
@@ -378,7 +390,7 @@ def run_tune(
                     "the measured ceilings are too low, shown as 100 % of roofline"
                 )
         summary.rows.append(
-            BatchResult(m, pick.candidate, pick.latency_us, defaults[m], floor_us, rank, rel_rms)
+            BatchResult(m, pick.candidate, pick.latency_us, floor_us, rank, rel_rms, baseline_us[m])
         )
     results = {row.batch_size: row.config for row in summary.rows}
     summary.files = list(
@@ -426,8 +438,16 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
                 "batch_size": row.batch_size,
                 "config": row.config.as_config(),
                 "latency_us": row.latency_us,
-                "default_latency_us": row.default_latency_us,
-                "speedup_over_default": row.speedup,
+                "baselines": {
+                    b.key: {
+                        "config": None
+                        if b.configs.get(row.batch_size) is None
+                        else b.configs[row.batch_size].as_config(),
+                        "latency_us": row.baseline_us.get(b.key),
+                        "speedup": row.speedup_over(b.key),
+                    }
+                    for b in summary.baselines
+                },
                 "floor_us": row.floor_us,
                 "roofline_fraction": row.roofline_fraction,
                 "verified_rank": row.verified_rank,
@@ -436,6 +456,8 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
             for row in summary.rows
         ],
         "split": [_split_json(result) for result in summary.split],
+        "baselines": [b.to_dict() for b in summary.baselines],
+        "geomean_speedup": {b.key: summary.geomean_speedup(b.key) for b in summary.baselines},
         "files": [str(path) for path in summary.files],
         "notes": summary.notes,
     }

@@ -1,0 +1,146 @@
+"""Put tuned files where an engine reads them (`moetune tune --install`).
+
+The target folder, per engine:
+
+    vLLM    $VLLM_TUNED_CONFIG_FOLDER, else <vllm>/model_executor/layers/fused_moe/configs,
+            else --install-dir (then: export VLLM_TUNED_CONFIG_FOLDER=<dir>)
+    SGLang  <root>/configs/triton_X_Y_Z/ with root = $SGLANG_MOE_CONFIG_DIR, else the
+            installed package's config root, else --install-dir (then: export
+            SGLANG_MOE_CONFIG_DIR=<dir>; SGLang reads only that root then)
+
+`--install-dir` wins over both. Copies are atomic; a different file already
+there is replaced only with `overwrite`, after a ``<file>.bak-<UTC time>`` copy
+beside it; an identical one is left alone ("already installed").
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from moetune.engines import sglang, vllm
+from moetune.errors import MoetuneError
+from moetune.fileio import atomic_write_text
+
+ENV = {"vllm": vllm.FOLDER_ENV, "sglang": sglang.FOLDER_ENV}
+LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+class InstallError(MoetuneError):
+    """No place to install to, or a different file is in the way."""
+
+
+@dataclass(frozen=True)
+class InstallTarget:
+    """Where one engine's files go; `export` is the shell line the user needs, if any."""
+
+    engine: str
+    folder: Path
+    source: str
+    export: str | None = None
+
+
+@dataclass(frozen=True)
+class Installed:
+    source: Path
+    target: Path
+    status: str  # "installed", "already installed", "replaced"
+    backup: Path | None = None
+
+
+def install_target(
+    engine: str,
+    triton_version: str,
+    install_dir: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    package: Path | None | str = "find",
+) -> InstallTarget:
+    """The folder `engine` reads, chosen as the module docstring says; InstallError if none.
+
+    `package` is the engine's package folder (vLLM: its configs/, SGLang: its config
+    root); by default found with `find_spec`, never imported.
+    """
+    env = os.environ if env is None else env
+    var = ENV[engine]
+    if install_dir is not None:
+        root = Path(install_dir).expanduser().resolve()
+        current = env.get(var)
+        export = None if current and Path(current).resolve() == root else f"export {var}={root}"
+        source = "--install-dir"
+    elif env.get(var):
+        root, source, export = Path(env[var]), f"${var}", None
+    else:
+        if package == "find":
+            package = vllm.package_config_dir() if engine == "vllm" else sglang.package_root()
+        if package is None:
+            raise InstallError(
+                f"--install {engine}: {LABEL[engine]} is not installed here and ${var} is "
+                "not set; pass --install-dir DIR (moetune prints the export line to use)"
+            )
+        root, source, export = Path(package), f"the installed {engine} package", None
+    folder = root / "configs" / sglang.triton_folder(triton_version) if engine == "sglang" else root
+    return InstallTarget(engine, folder, source, export)
+
+
+def check_writable(target: InstallTarget) -> None:
+    """Fail before tuning when the folder cannot be created or written."""
+    probe = target.folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise InstallError(
+            f"--install {target.engine}: cannot write to {target.folder} ({target.source}); "
+            "pass --install-dir DIR"
+        )
+
+
+def install_files(
+    target: InstallTarget,
+    files: Sequence[Path],
+    *,
+    overwrite: bool = False,
+    now: float | None = None,
+) -> list[Installed]:
+    """Copy `files` into `target.folder`, atomically, never clobbering a different file silently.
+
+    Every conflict is checked before anything is copied, so a refusal leaves the
+    folder as it was.
+    """
+    plan = []
+    for source in files:
+        dest = target.folder / Path(source).name
+        new = Path(source).read_text()
+        old = dest.read_text() if dest.is_file() else None
+        if old is not None and old != new and not overwrite:
+            raise InstallError(
+                f"{dest} exists and differs from the tuned {Path(source).name}; "
+                "rerun with --overwrite-installed to replace it (a backup is kept beside it)"
+            )
+        plan.append((Path(source), dest, new, old))
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    done = []
+    for source, dest, new, old in plan:
+        if old == new:
+            done.append(Installed(source, dest, "already installed"))
+            continue
+        backup = None
+        if old is not None:
+            backup = dest.with_name(f"{dest.name}.bak-{stamp}")
+            atomic_write_text(backup, old)
+        atomic_write_text(dest, new)
+        done.append(Installed(source, dest, "replaced" if old is not None else "installed", backup))
+    return done
+
+
+def engine_files(engine: str, main: Path) -> list[Path]:
+    """The file for an engine plus, for SGLang, its ``_down`` twin when the tuner wrote one."""
+    if engine != "sglang":
+        return [main]
+    down = main.with_name(sglang.down_name(main.name))
+    return [main, down] if down.is_file() else [main]

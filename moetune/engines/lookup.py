@@ -1,0 +1,155 @@
+"""The value every engine lookup returns, and the helpers both engines share."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moetune.errors import MoetuneError
+
+# The six keys of a tuned entry, in the engines' order.
+CONFIG_KEYS = (
+    "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N",
+    "BLOCK_SIZE_K",
+    "GROUP_SIZE_M",
+    "num_warps",
+    "num_stages",
+)
+# What Triton launches with when a config omits them (triton.Config / JITFunction defaults on
+# CUDA). Old engine fallbacks leave them out, so timing such a config needs these values.
+TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+# The batch sizes both engines' tuners write (and `moetune tune` by default).
+ENGINE_BATCH_SIZES = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    24,
+    32,
+    48,
+    64,
+    96,
+    128,
+    256,
+    512,
+    1024,
+    1536,
+    2048,
+    3072,
+    4096,
+)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Where an engine looks for one tuned file, and what it finds.
+
+    `searched` lists the exact paths the engine tries, in its order; `found` is the
+    first that exists (None: the engine uses `fallback`). `triton_folder` is the
+    ``triton_X_Y_Z`` folder SGLang actually picked (None for vLLM or on a miss).
+    """
+
+    engine: str
+    file_name: str
+    searched: tuple[str, ...]
+    found: Path | None
+    fallback: str
+    triton_folder: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def present(self) -> bool:
+        return self.found is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "file_name": self.file_name,
+            "searched": list(self.searched),
+            "found": None if self.found is None else str(self.found),
+            "triton_folder": self.triton_folder,
+            "fallback": self.fallback,
+            "notes": list(self.notes),
+        }
+
+
+def package_dir(name: str) -> Path | None:
+    """The folder of an installed top-level package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_table(path: Path) -> dict[int, dict[str, Any]]:
+    """A tuned file as {batch size: entry}; vLLM's ``triton_version`` key is skipped."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise MoetuneError(f"{path}: cannot read a tuned config ({exc})") from None
+    if not isinstance(data, dict):
+        raise MoetuneError(f"{path}: expected a JSON object keyed by batch size")
+    table = {}
+    for key, value in data.items():
+        if key == "triton_version":
+            continue
+        if not str(key).isdigit() or not isinstance(value, dict):
+            raise MoetuneError(f"{path}: entry {key!r} is not a batch size with a config")
+        table[int(key)] = value
+    if not table:
+        raise MoetuneError(f"{path}: no batch-size entries")
+    return table
+
+
+def nearest_row(table: dict[int, Any], batch_size: int) -> Any:
+    """The row both engines use at `batch_size`: ``min(keys, key=lambda x: abs(x - M))``.
+
+    Python's `min` keeps the first of equally near keys, so a tie goes to the key
+    that comes first in the file (the smaller one in files written in numeric order).
+    """
+    return table[min(table, key=lambda key: abs(key - batch_size))]
+
+
+def timeable(config: dict[str, Any]) -> dict[str, int] | None:
+    """The six-key entry a fallback config launches with, or None when it lacks tiles.
+
+    Missing ``num_warps``/``num_stages`` take Triton's launch defaults (what the engine
+    gets when it splats a config without them); ``SPLIT_K`` (always 1) is dropped. A
+    config without BLOCK_SIZE_N/K (vLLM's WNA16 path, filled in later by the engine)
+    returns None.
+    """
+    if any(key not in config for key in CONFIG_KEYS[:4]):
+        return None
+    return {key: int(config.get(key, TRITON_LAUNCH_DEFAULTS.get(key, 0))) for key in CONFIG_KEYS}
+
+
+def short(config: dict[str, Any]) -> str:
+    """``M16 N64 K128 G1 w4 s4`` (``w-``/``s-``: the engine leaves it to Triton)."""
+    tags = (
+        ("M", "BLOCK_SIZE_M"),
+        ("N", "BLOCK_SIZE_N"),
+        ("K", "BLOCK_SIZE_K"),
+        ("G", "GROUP_SIZE_M"),
+        ("w", "num_warps"),
+        ("s", "num_stages"),
+    )
+    return " ".join(f"{tag}{config.get(key, '-')}" for tag, key in tags)
+
+
+def summarize(rows: dict[int, dict[str, Any]]) -> list[tuple[int, int, dict[str, Any]]]:
+    """Consecutive batch sizes with the same config merged: [(first M, last M, config)]."""
+    ranges: list[tuple[int, int, dict[str, Any]]] = []
+    for m in sorted(rows):
+        if ranges and ranges[-1][2] == rows[m]:
+            ranges[-1] = (ranges[-1][0], m, rows[m])
+        else:
+            ranges.append((m, m, rows[m]))
+    return ranges

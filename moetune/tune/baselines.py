@@ -1,0 +1,167 @@
+"""What a tuned file is compared with: the engines' own configs for the same shape.
+
+Per batch size M, up to four baselines, each timed on the GPU in the same run and
+with the same harness as the candidates:
+
+    vllm_fallback    vLLM's `get_default_config` (what vLLM runs with no file)
+    sglang_fallback  SGLang's `get_default_config` (only when SGLang files are written)
+    vllm_file        the row vLLM would use from the file it would load today
+    sglang_file      the same for SGLang
+
+"The file it would load today" is found exactly as the engine finds it
+(`moetune.engines`): ``--compare-dir`` first, then the engine's env-var folder
+and its installed package. A baseline config the kernel cannot run (vLLM's WNA16
+path leaves tiles to later code) is None at that M.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moetune.engines import sglang, vllm
+from moetune.engines.lookup import load_table, nearest_row, timeable
+from moetune.errors import MoetuneError
+from moetune.tune.problem import TuneProblem
+from moetune.tune.space import Candidate
+
+ORDER = ("vllm_fallback", "sglang_fallback", "vllm_file", "sglang_file")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One engine config per batch size to time against (None: not runnable at that M)."""
+
+    key: str
+    label: str  # column header
+    source: str  # the engine version ported, or the file's path
+    configs: dict[int, Candidate | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "label": self.label, "source": self.source}
+
+
+def engine_dtype(problem: TuneProblem) -> str | None:
+    return None if problem.dtype in ("bf16", "fp16") else problem.dtype
+
+
+def _candidate(config: dict[str, Any]) -> Candidate | None:
+    entry = timeable(config)
+    if entry is None:
+        return None
+    try:
+        return Candidate.from_config(entry)
+    except MoetuneError:
+        return None
+
+
+def engine_baselines(
+    problem: TuneProblem,
+    batch_sizes: Sequence[int],
+    engines: Sequence[str],
+    device_name: str,
+    triton_version: str | None,
+    *,
+    compare_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    vllm_package: Path | None | str = "find",
+    sglang_package: Path | None | str = "find",
+) -> list[Baseline]:
+    """The baselines for this run, in `ORDER`; files only where the engine would find one."""
+    env = os.environ if env is None else env
+    dims = (
+        problem.num_experts,
+        problem.intermediate_size,
+        problem.hidden_size,
+        problem.top_k,
+        engine_dtype(problem),
+        problem.block_shape,
+    )
+    baselines = [
+        Baseline(
+            "vllm_fallback",
+            "vLLM fallback",
+            vllm.FOLLOWS,
+            {m: _candidate(c) for m, c in vllm.fallback_table(batch_sizes, *dims).items()},
+        )
+    ]
+    if "sglang" in engines:
+        table = sglang.fallback_table(batch_sizes, *dims)
+        baselines.append(
+            Baseline(
+                "sglang_fallback",
+                "SGLang fallback",
+                sglang.FOLLOWS,
+                {m: _candidate(c) for m, c in table.items()},
+            )
+        )
+    extra = (compare_dir,) if compare_dir is not None else ()
+    name_args = (problem.num_experts, problem.intermediate_size, device_name, dims[4], dims[5])
+    version = None if triton_version in (None, "unknown") else triton_version
+    for engine in engines:
+        if engine == "vllm":
+            found = vllm.lookup(
+                vllm.file_name(*name_args), env=env, package_configs=vllm_package, extra_dirs=extra
+            ).found
+        else:
+            found = sglang.lookup(
+                sglang.file_name(*name_args),
+                version,
+                env=env,
+                package=sglang_package,
+                extra_dirs=extra,
+            ).found
+        if found is None:
+            continue
+        table = load_table(found)
+        baselines.append(
+            Baseline(
+                f"{engine}_file",
+                f"{'vLLM' if engine == 'vllm' else 'SGLang'} file",
+                str(found),
+                {m: _candidate(nearest_row(table, m)) for m in batch_sizes},
+            )
+        )
+    return baselines
+
+
+def time_baselines(
+    measurer: Any, baselines: Sequence[Baseline], batch_sizes: Sequence[int], notes: list[str]
+) -> dict[int, dict[str, float | None]]:
+    """{M: {baseline key: latency in us or None}}, every baseline timed at "full" fidelity.
+
+    `measurer` is the run's `StoreMeasurer`: baselines are stored, resumed and
+    compete with the candidates like any other measurement.
+    """
+    times: dict[int, dict[str, float | None]] = {}
+    for m in batch_sizes:
+        picks = {b.key: b.configs.get(m) for b in baselines}
+        measured = measurer.measure(m, [c for c in picks.values() if c is not None], "full")
+        times[m] = {}
+        for baseline in baselines:
+            candidate = picks[baseline.key]
+            result = measured.get(candidate) if candidate is not None else None
+            if candidate is None:
+                times[m][baseline.key] = None
+                notes.append(f"M={m}: {baseline.label} has no runnable config; not timed")
+            elif result.status != "ok":
+                times[m][baseline.key] = None
+                notes.append(
+                    f"M={m}: {baseline.label} {candidate.short()} failed "
+                    f"({result.status}: {result.error})"
+                )
+            else:
+                times[m][baseline.key] = result.latency_us
+    return times
+
+
+def geomean_speedup(pairs: Sequence[tuple[float | None, float | None]]) -> float | None:
+    """Geometric mean of baseline / tuned over the batch sizes where both were timed."""
+    ratios = [base / tuned for base, tuned in pairs if base and tuned]
+    if not ratios:
+        return None
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
