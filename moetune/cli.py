@@ -8,6 +8,7 @@ group and owns the exit codes:
     1    a user or data problem (`MoetuneError`): one line, ``Error: ...``
     2    misuse of the command line (click's usage errors)
     3    an unexpected error: one line pointing at a log with the traceback
+    4    `moetune check`: an engine has no tuned file for the shape (0: all present)
     130  interrupted (Ctrl-C); partial results are already on disk
 
 Importing this module must stay cheap: `moetune extract` may not import torch
@@ -30,6 +31,7 @@ from moetune.errors import MoetuneError
 # (module, attribute) of every command, in the order `moetune --help` lists them.
 COMMANDS = [
     ("moetune.commands.extract", "extract"),
+    ("moetune.commands.check", "check"),
     ("moetune.commands.tune", "tune"),
     ("moetune.commands.benchmark", "benchmark"),
     ("moetune.commands.archs", "archs"),
@@ -100,7 +102,7 @@ def _write_crash_log() -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with moetune's exit codes (see the module docstring)."""
     try:
-        cli.main(args=argv, prog_name="moetune", standalone_mode=False)
+        status = cli.main(args=argv, prog_name="moetune", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Interrupted (^C)", err=True)
         sys.exit(130)
@@ -119,4 +121,6 @@ def main(argv: list[str] | None = None) -> None:
         path = _write_crash_log()
         click.echo(f"Error: unexpected {type(exc).__name__}: {exc} (traceback in {path})", err=True)
         sys.exit(3)
-    sys.exit(0)
+    # A command may end with click's Exit(code) (`check` exits 4 on a missing file),
+    # which click returns instead of raising when not in standalone mode.
+    sys.exit(status if isinstance(status, int) and not isinstance(status, bool) else 0)

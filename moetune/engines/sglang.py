@@ -32,7 +32,7 @@ from moetune.engines.lookup import Lookup, package_dir
 from moetune.extract.filenames import sglang_config_filename
 
 ENGINE = "sglang"
-FOLLOWS = "sglang@02c7c97f (fused_moe_triton_config.py get_default_config)"
+FOLLOWS = "sglang@02c7c97f"
 FOLDER_ENV = "SGLANG_MOE_CONFIG_DIR"
 # Where fused_moe_triton_config.py lives, newest layout first (its folder is SGLang's root).
 PACKAGE_ROOTS = (
@@ -195,7 +195,7 @@ def lookup(
         file_name=name,
         searched=tuple(str(path) for path, _ in candidates),
         found=None if hit is None else hit[0],
-        fallback=fallback or f"get_default_config ({FOLLOWS})",
+        fallback=fallback or f"its get_default_config ({FOLLOWS}, ported)",
         triton_folder=None if hit is None else hit[1],
         notes=tuple(notes),
     )

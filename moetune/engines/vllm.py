@@ -29,7 +29,7 @@ from moetune.engines.lookup import Lookup, package_dir
 from moetune.extract.filenames import vllm_config_filename
 
 ENGINE = "vllm"
-FOLLOWS = "vLLM main after PR #34846 (fused_moe.py get_default_config)"
+FOLLOWS = "vLLM main after PR #34846"
 FOLDER_ENV = "VLLM_TUNED_CONFIG_FOLDER"
 PACKAGE_CONFIGS = ("model_executor", "layers", "fused_moe", "configs")
 
@@ -136,7 +136,7 @@ def lookup(
         file_name=name,
         searched=tuple(str(path) for path in candidates),
         found=found,
-        fallback=f"get_default_config ({FOLLOWS})",
+        fallback=f"its get_default_config ({FOLLOWS}, ported)",
         notes=tuple(notes),
     )
 

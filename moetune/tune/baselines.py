@@ -85,7 +85,7 @@ def engine_baselines(
         Baseline(
             "vllm_fallback",
             "vLLM fallback",
-            vllm.FOLLOWS,
+            f"get_default_config of {vllm.FOLLOWS}",
             {m: _candidate(c) for m, c in vllm.fallback_table(batch_sizes, *dims).items()},
         )
     ]
@@ -95,7 +95,7 @@ def engine_baselines(
             Baseline(
                 "sglang_fallback",
                 "SGLang fallback",
-                sglang.FOLLOWS,
+                f"get_default_config of {sglang.FOLLOWS}",
                 {m: _candidate(c) for m, c in table.items()},
             )
         )

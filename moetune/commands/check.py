@@ -1,0 +1,189 @@
+"""`moetune check`: does each engine already have a tuned file for this model, GPU and layout?"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from moetune.commands.options import model_options
+
+ENGINE_CHOICES = ("vllm", "sglang", "both")
+# Exit status when a file is missing (0: every engine has its file). Listed in moetune/cli.py.
+EXIT_MISSING = 4
+
+
+@click.command("check")
+@model_options
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINE_CHOICES),
+    default="both",
+    show_default=True,
+    help="Which engine's lookup to check.",
+)
+@click.option(
+    "--triton-version",
+    help="Triton version SGLang's folder is named after (default: the installed triton's, "
+    "read from package metadata).",
+)
+@click.option(
+    "--compare-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Also look in DIR, before the engines' own folders (a flat folder of tuned files).",
+)
+@click.option(
+    "--compare-only",
+    is_flag=True,
+    help="Look only in --compare-dir (ignore the env vars and installed engines).",
+)
+@click.option("json_", "--json", is_flag=True, help="Print JSON for scripts instead of text.")
+def check(
+    engine: str,
+    triton_version: str | None,
+    compare_dir: Path | None,
+    compare_only: bool,
+    json_: bool,
+    **model: Any,
+) -> None:
+    """Show which tuned-config file each engine will load for a model, and what it runs without.
+
+    For vLLM and SGLang: the exact file name, the folders the engine searches in
+    its order ($VLLM_TUNED_CONFIG_FOLDER, $SGLANG_MOE_CONFIG_DIR, the installed
+    engine's configs; SGLang also tries other configs/triton_X_Y_Z folders, newest
+    first, and a _down file for the second GEMM), whether the file is there, the
+    engine's fallback config otherwise, and the `moetune tune` command that fills
+    the gap. Needs no GPU and never imports torch, triton or the engines.
+
+    \b
+    Exit status: 0 every engine has its file; 4 a file is missing (a missing
+    SGLang _down file alone does not count: SGLang reuses the up config).
+
+    \b
+    Examples:
+        moetune check --model Qwen/Qwen3-30B-A3B --tp 1 --device-name "NVIDIA H200"
+        moetune check --model deepseek-ai/DeepSeek-V3 --tp 8 --engine sglang --json
+    """
+    if model.get("ep") and model.get("ep_size") is not None:
+        raise click.UsageError("--ep (vLLM) and --ep-size (SGLang) both set the EP size; pass one")
+    if compare_only and compare_dir is None:
+        raise click.UsageError("--compare-only needs --compare-dir DIR")
+    if model.get("replace_mappings") and not model.get("mappings"):
+        if not os.environ.get("MOETUNE_MAPPINGS"):
+            raise click.UsageError(
+                "--replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)"
+            )
+    from moetune.engines.check import check_engines
+    from moetune.extract.filenames import installed_triton_version
+    from moetune.extract.report import build_report
+
+    report = build_report(
+        model["model"],
+        tp=model["tp"],
+        ep=model["ep"],
+        ep_size=model.get("ep_size"),
+        dtype=model["dtype"],
+        device_name=model.get("device_name"),
+        revision=model.get("revision"),
+        mappings=model.get("mappings"),
+        replace_mappings=model.get("replace_mappings", False),
+    )
+    triton_source = "--triton-version"
+    if triton_version is None:
+        triton_version = installed_triton_version()
+        triton_source = "installed" if triton_version else "triton is not installed"
+    engines = ("vllm", "sglang") if engine == "both" else (engine,)
+    checks = check_engines(
+        report,
+        engines,
+        triton_version,
+        model,
+        compare_dir=compare_dir,
+        compare_only=compare_only,
+    )
+    present = all(item.present for item in checks)
+    if json_:
+        local = report.sharded
+        click.echo(
+            json.dumps(
+                {
+                    "model": report.model,
+                    "tp_size": local.tp_size,
+                    "ep_size": local.ep_size,
+                    "local_experts": local.local_experts,
+                    "local_intermediate_size": local.intermediate_size,
+                    "hidden_size": local.hidden_size,
+                    "top_k": local.top_k,
+                    "engine_dtype": report.kernel_dtype.engine_dtype,
+                    "block_shape": None
+                    if report.kernel_dtype.block_shape is None
+                    else list(report.kernel_dtype.block_shape),
+                    "device_name": report.device.name,
+                    "device_name_source": report.device.source,
+                    "triton_version": triton_version,
+                    "triton_version_source": triton_source,
+                    "all_present": present,
+                    "engines": [item.to_dict() for item in checks],
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print(report, checks, triton_version, triton_source)
+    if not present:
+        raise click.exceptions.Exit(EXIT_MISSING)
+
+
+def _print(report: Any, checks: list, triton_version: str | None, triton_source: str) -> None:
+    from moetune.engines.check import LABELS, fallback_lines
+
+    local, kernel = report.sharded, report.kernel_dtype
+    dtype = kernel.engine_dtype or kernel.activation_dtype
+    if kernel.block_shape:
+        dtype += f" block {list(kernel.block_shape)}"
+    split = f"TP{local.tp_size}" + (f" EP{local.ep_size}" if local.ep_size > 1 else "")
+    triton = f"Triton {triton_version} ({triton_source})" if triton_version else triton_source
+    echo = click.echo
+    echo(
+        f"{report.model}, {split}: E={local.local_experts}, N={local.intermediate_size}, "
+        f"K={local.hidden_size}, top-k {local.top_k}, {dtype}"
+    )
+    echo(f"GPU {report.device.name} ({report.device.source}); {triton}")
+    for item in checks:
+        lookup = item.lookup
+        label = LABELS[item.engine]
+        echo("")
+        echo(f"{label}: {lookup.file_name}")
+        echo("  looks in, in order:")
+        if not lookup.searched:
+            echo("    nowhere:")
+        for number, path in enumerate(lookup.searched, 1):
+            mark = "  <- found" if lookup.found is not None and str(lookup.found) == path else ""
+            echo(f"    {number}. {path}{mark}")
+        for note in lookup.notes:
+            echo(f"  ({note})")
+        if lookup.present:
+            picked = f" (folder {lookup.triton_folder})" if lookup.triton_folder else ""
+            echo(f"  FOUND: {lookup.found}{picked}")
+        else:
+            echo(f"  MISSING: {label} runs {lookup.fallback}:")
+            for line in fallback_lines(item.fallback):
+                echo(f"    {line}")
+        if item.down is not None:
+            down = item.down
+            if down.present:
+                picked = f" (folder {down.triton_folder})" if down.triton_folder else ""
+                echo(f"  _down file FOUND: {down.found}{picked}")
+            else:
+                echo(f"  _down file {down.file_name} missing: {down.fallback}")
+        if not lookup.present:
+            echo(f"  to fill the gap: {item.tune_command}")
+    echo("")
+    missing = [LABELS[item.engine] for item in checks if not item.present]
+    if missing:
+        echo(f"Missing for {', '.join(missing)} (exit status 4).")
+    else:
+        echo("Every engine has its file (exit status 0).")
