@@ -1,4 +1,4 @@
-"""`moetune benchmark`: time the default config and tuned config files side by side."""
+"""`moetune benchmark`: time tuned config files against the engines' own configs, side by side."""
 
 from __future__ import annotations
 
@@ -64,6 +64,18 @@ def nearest_entry(entries: dict[int, Any], batch_size: int) -> Any:
 )
 @click.option("--gpus", help="Comma-separated GPU ids to use (default: every visible GPU).")
 @click.option(
+    "--engine",
+    type=click.Choice(("vllm", "sglang", "both")),
+    default="both",
+    show_default=True,
+    help="Whose fallback config and existing file to compare with (vLLM's fallback always).",
+)
+@click.option(
+    "--compare-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Also look for the engines' existing files in DIR (searched first).",
+)
+@click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=1),
@@ -81,18 +93,25 @@ def benchmark(
     config_files: tuple[Path, ...],
     batch_sizes: tuple[int, ...],
     gpus: str | None,
+    engine: str,
+    compare_dir: Path | None,
     timeout_s: float,
     dry_run: bool,
     json_: bool,
     **model: Any,
 ) -> None:
-    """Time the default config and each --config file per batch size, with the tuner's harness.
+    """Time each --config file per batch size against the engines' own configs (tuner's harness).
+
+    The baselines are what the engine runs today for this shape: vLLM's (and
+    SGLang's) fallback config, and the file it would load ($VLLM_TUNED_CONFIG_FOLDER,
+    $SGLANG_MOE_CONFIG_DIR, the installed engine's configs, or --compare-dir).
+    Each cell shows microseconds and the speedup over the vLLM fallback.
 
     \b
     Example usage:
         moetune benchmark --model Qwen/Qwen3-30B-A3B --config "E=128,N=768,device_name=NVIDIA_H200.json"
     """
-    from moetune.tune.runner import default_candidate
+    from moetune.tune.baselines import engine_baselines, geomean_speedup
     from moetune.tune.space import DEFAULT_BATCH_SIZES
     from moetune.tune.worker import WorkerPool, WorkUnit
 
@@ -104,9 +123,18 @@ def benchmark(
     sizes = tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES)
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
 
+    baselines = engine_baselines(
+        problem,
+        sizes,
+        ("vllm", "sglang") if engine == "both" else (engine,),
+        resolved.device_name,
+        resolved.triton_version,
+        compare_dir=compare_dir,
+    )
+    names = [b.key for b in baselines] + list(files)
     picks: dict[int, dict[str, Any]] = {}
     for m in sizes:
-        picks[m] = {"default": default_candidate(problem, m)}
+        picks[m] = {b.key: b.configs[m] for b in baselines if b.configs.get(m) is not None}
         for name, entries in files.items():
             picks[m][name] = nearest_entry(entries, m)
     if dry_run:
@@ -126,7 +154,11 @@ def benchmark(
     rows = []
     for m in sizes:
         row: dict[str, Any] = {"batch_size": m}
-        for name, candidate in picks[m].items():
+        for name in names:
+            candidate = picks[m].get(name)
+            if candidate is None:
+                row[name] = {"config": None, "status": "no runnable config", "latency_us": None}
+                continue
             outcome = timings[(m, candidate)]
             row[name] = {
                 "config": candidate.as_config(),
@@ -137,35 +169,58 @@ def benchmark(
                 "error": outcome.error,
             }
         rows.append(row)
+    geomeans = {
+        name: {
+            b.key: geomean_speedup(
+                [(row[b.key]["latency_us"], row[name]["latency_us"]) for row in rows]
+            )
+            for b in baselines
+        }
+        for name in files
+    }
     if json_:
         report = {
             "problem": problem.key(),
             "device_name": resolved.device_name,
             "triton_version": resolved.triton_version,
-            "configs": ["default", *files],
+            "baselines": [b.to_dict() for b in baselines],
+            "configs": names,
             "results": rows,
+            "geomean_speedup": geomeans,
         }
         click.echo(json.dumps(report, indent=2))
         return
-    _print_table(rows, ["default", *files], f"{problem.key()} on {resolved.device_name}")
+    labels = {b.key: b.label for b in baselines}
+    _print_table(rows, names, labels, f"{problem.key()} on {resolved.device_name}")
+    for name, speedups in geomeans.items():
+        parts = [
+            f"{value:.2f}x over the {labels[key]}"
+            for key, value in speedups.items()
+            if value is not None
+        ]
+        click.echo(f"Geomean speedup of {Path(name).name}: {'; '.join(parts) or '-'}.")
+    for b in baselines:
+        click.echo(f"  {b.label}: {b.source}")
 
 
-def _print_table(rows: list[dict[str, Any]], names: list[str], title: str) -> None:
+def _print_table(
+    rows: list[dict[str, Any]], names: list[str], labels: dict[str, str], title: str
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{title}: us per call (speedup over default)")
+    table = Table(title=f"{title}: us per call (speedup over the vLLM fallback)")
     table.add_column("M", justify="right")
     for name in names:
-        table.add_column(Path(name).name if name != "default" else "default", justify="right")
+        table.add_column(labels.get(name, Path(name).name), justify="right", overflow="fold")
     for row in rows:
-        base = row["default"]["latency_us"]
+        base = row["vllm_fallback"]["latency_us"]
         cells = [str(row["batch_size"])]
         for name in names:
             entry = row[name]
             if entry["latency_us"] is None:
                 cells.append(entry["status"])
-            elif name == "default" or base is None:
+            elif name == "vllm_fallback" or base is None:
                 cells.append(f"{entry['latency_us']:.1f}")
             else:
                 cells.append(f"{entry['latency_us']:.1f} ({base / entry['latency_us']:.2f}x)")

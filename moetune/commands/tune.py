@@ -343,7 +343,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     table.add_column("config (BLOCK M/N/K, GROUP, warps, stages)")
     table.add_column("us", justify="right")
     for baseline in summary.baselines:
-        table.add_column(f"{baseline.label} us (speedup)", justify="right")
+        table.add_column(f"{baseline.label} us (speedup)", justify="right", overflow="fold")
     table.add_column("of roofline", justify="right")
     for row in summary.rows:
         cells = [
