@@ -1,0 +1,99 @@
+"""`tune --install`: where each engine's files go, and never clobbering a different file."""
+
+import pytest
+
+from moetune.engines.install import (
+    InstallError,
+    check_writable,
+    engine_files,
+    install_files,
+    install_target,
+)
+
+NAME = "E=4,N=32,device_name=NVIDIA_H200.json"
+
+
+def tuned(tmp_path, text='{"1": {}}\n', name=NAME):
+    source = tmp_path / "out" / name
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(text)
+    return source
+
+
+def test_env_var_folder_first_then_the_package(tmp_path):
+    env = {
+        "VLLM_TUNED_CONFIG_FOLDER": str(tmp_path / "v"),
+        "SGLANG_MOE_CONFIG_DIR": str(tmp_path / "s"),
+    }
+    vllm = install_target("vllm", "3.6.0", env=env, package=tmp_path / "pkg")
+    assert (vllm.folder, vllm.export) == (tmp_path / "v", None)
+    sglang = install_target("sglang", "3.6.0", env=env, package=tmp_path / "pkg")
+    assert sglang.folder == tmp_path / "s" / "configs" / "triton_3_6_0"
+    package = install_target("vllm", "3.6.0", env={}, package=tmp_path / "pkg")
+    assert package.folder == tmp_path / "pkg" and "installed vllm" in package.source
+
+
+def test_install_dir_wins_and_prints_the_export_line(tmp_path):
+    target = install_target("sglang", "3.6.0", tmp_path / "mine", env={}, package=None)
+    assert target.folder == tmp_path / "mine" / "configs" / "triton_3_6_0"
+    assert target.export == f"export SGLANG_MOE_CONFIG_DIR={tmp_path / 'mine'}"
+    # Already exported: nothing to print.
+    env = {"VLLM_TUNED_CONFIG_FOLDER": str(tmp_path / "mine")}
+    assert install_target("vllm", "3.6.0", tmp_path / "mine", env=env).export is None
+
+
+def test_no_engine_and_no_install_dir_is_a_one_line_error(tmp_path):
+    with pytest.raises(InstallError, match="vLLM is not installed here.*--install-dir"):
+        install_target("vllm", "3.6.0", env={}, package=None)
+
+
+def test_an_unwritable_folder_fails_before_tuning(tmp_path):
+    # A file where a folder should be: nothing can be created below it (even as root).
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    with pytest.raises(InstallError, match="cannot write"):
+        check_writable(install_target("vllm", "3.6.0", blocker / "sub", env={}))
+    check_writable(install_target("vllm", "3.6.0", tmp_path / "new" / "deep", env={}))
+
+
+def test_new_identical_and_different_files(tmp_path):
+    target = install_target("vllm", "3.6.0", tmp_path / "engine", env={})
+    source = tuned(tmp_path)
+    (done,) = install_files(target, [source])
+    assert done.status == "installed" and done.target.read_text() == source.read_text()
+
+    (again,) = install_files(target, [source])
+    assert again.status == "already installed" and again.backup is None
+
+    old = '{"1": {"old": 1}}\n'
+    done.target.write_text(old)
+    with pytest.raises(InstallError, match="exists and differs.*--overwrite-installed"):
+        install_files(target, [source])
+    assert done.target.read_text() == old  # untouched
+    assert list(target.folder.iterdir()) == [done.target]
+
+    (replaced,) = install_files(target, [source], overwrite=True, now=0)
+    assert replaced.status == "replaced"
+    assert replaced.backup == target.folder / f"{NAME}.bak-19700101-000000"
+    assert replaced.backup.read_text() == old
+    assert replaced.target.read_text() == source.read_text()
+    assert not list(target.folder.glob(".*.tmp"))
+
+
+def test_a_refused_conflict_copies_nothing(tmp_path):
+    target = install_target("sglang", "3.6.0", tmp_path / "engine", env={})
+    up = tuned(tmp_path)
+    down = tuned(tmp_path, '{"1": {"down": 1}}\n', NAME.replace(".json", "_down.json"))
+    target.folder.mkdir(parents=True)
+    (target.folder / down.name).write_text("different\n")
+    with pytest.raises(InstallError):
+        install_files(target, engine_files("sglang", up))
+    assert not (target.folder / NAME).exists()
+
+
+def test_sglang_installs_the_down_twin_vllm_does_not(tmp_path):
+    up = tuned(tmp_path)
+    assert engine_files("sglang", up) == [up]
+    down = tuned(tmp_path, "{}\n", NAME.replace(".json", "_down.json"))
+    assert engine_files("sglang", up) == [up, down]
+    assert engine_files("vllm", up) == [up]

@@ -1,0 +1,117 @@
+"""vLLM's fallback config and lookup, ported in moetune.engines.vllm.
+
+Expected values are read off vLLM's `get_default_config` after PR #34846
+(vllm/model_executor/layers/fused_moe/fused_moe.py, the body quoted by vLLM
+PRs #47593 and #54741), and `get_moe_configs` at vllm@13cb3e44.
+"""
+
+import json
+
+import pytest
+
+from moetune.engines import vllm
+from moetune.engines.lookup import nearest_row
+
+# (M, E, dtype, block_shape) -> (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages)
+GENERAL = [
+    # bf16, E=128 (Qwen3-30B-A3B): block_m 16 up to M=32, 32 up to 96, 64 up to 512, then 128
+    (1, 128, None, None, (16, 64, 128, 1, 4, 4)),
+    (32, 128, None, None, (16, 64, 128, 1, 4, 4)),
+    (33, 128, None, None, (32, 64, 128, 1, 4, 3)),  # num_stages 4 only while M <= 32
+    (64, 128, None, None, (32, 64, 128, 1, 4, 3)),
+    (65, 128, None, None, (32, 128, 64, 1, 4, 3)),  # N tile 128 and K tile 64 past M = 64
+    (96, 128, None, None, (32, 128, 64, 1, 4, 3)),
+    (128, 128, None, None, (64, 128, 64, 1, 4, 3)),
+    (129, 128, None, None, (64, 128, 64, 1, 8, 3)),  # 8 warps past M = 128
+    (512, 128, None, None, (64, 128, 64, 1, 8, 3)),
+    (513, 128, None, None, (128, 128, 64, 1, 8, 3)),
+    (4096, 128, None, None, (128, 128, 64, 1, 8, 3)),  # M // E = 32: no grouping
+    # Mixtral (E=8): M // E > 128 from M = 1032 on, GROUP_SIZE_M 16
+    (1024, 8, None, None, (128, 128, 64, 1, 8, 3)),
+    (1032, 8, None, None, (128, 128, 64, 16, 8, 3)),
+    # fp8 per tensor: same branch, K tile always 128
+    (4096, 8, "fp8_w8a8", None, (128, 128, 128, 16, 8, 3)),
+    # int8 weights without a group block: the general branch too
+    (16, 8, "int8_w8a16", None, (16, 64, 128, 1, 4, 4)),
+]
+FP8_BLOCK = [
+    # fp8 block [128, 128]: M tile 16 up to M = 64, group 1 up to M = 16
+    (1, (16, 128, 128, 1, 4, 3)),
+    (16, (16, 128, 128, 1, 4, 3)),
+    (17, (16, 128, 128, 32, 4, 3)),
+    (64, (16, 128, 128, 32, 4, 3)),
+    (65, (64, 128, 128, 32, 4, 3)),
+]
+KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+
+
+@pytest.mark.parametrize(("M", "E", "dtype", "block", "expected"), GENERAL)
+def test_general_branch(M, E, dtype, block, expected):
+    config = vllm.default_config(M, E, 768, 2048, 8, dtype, block)
+    assert config == {**dict(zip(KEYS, expected, strict=True)), "SPLIT_K": 1}
+
+
+@pytest.mark.parametrize(("M", "expected"), FP8_BLOCK)
+def test_fp8_block_branch_follows_the_block(M, expected):
+    config = vllm.default_config(M, 256, 256, 7168, 8, "fp8_w8a8", [128, 128])
+    assert config == {**dict(zip(KEYS, expected, strict=True)), "SPLIT_K": 1}
+
+
+def test_wna16_branch_sets_only_the_m_tile():
+    # int4, group 128, M * topk / E = 10 > 6: the Triton WNA16 kernel, M tile by M.
+    assert vllm.default_config(20, 4, 768, 2048, 2, "int4_w4a16", [0, 128]) == {
+        "BLOCK_SIZE_M": 16,
+        "GROUP_SIZE_M": 1,
+        "SPLIT_K": 1,
+    }
+    assert vllm.default_config(41, 8, 768, 2048, 2, "int8_w8a16", [0, 128])["BLOCK_SIZE_M"] == 64
+    # int4 with M * topk / E <= 6: vLLM's CUDA WNA16 kernel, BLOCK_SIZE_M = min(16, M)
+    assert vllm.default_config(2, 128, 768, 2048, 8, "int4_w4a16", [0, 128]) == {
+        "BLOCK_SIZE_M": 2,
+        "SPLIT_K": 1,
+    }
+
+
+def test_lookup_tries_the_env_folder_then_the_package(tmp_path):
+    name = "E=128,N=768,device_name=NVIDIA_H200.json"
+    user, package = tmp_path / "user", tmp_path / "package"
+    user.mkdir()
+    package.mkdir()
+    env = {"VLLM_TUNED_CONFIG_FOLDER": str(user)}
+
+    miss = vllm.lookup(name, env=env, package_configs=package)
+    assert miss.searched == (str(user / name), str(package / name))
+    assert miss.found is None and "get_default_config" in miss.fallback
+
+    (package / name).write_text("{}")
+    assert vllm.lookup(name, env=env, package_configs=package).found == package / name
+    (user / name).write_text("{}")
+    assert vllm.lookup(name, env=env, package_configs=package).found == user / name
+    # Without the env var, only the package folder.
+    assert vllm.lookup(name, env={}, package_configs=package).searched == (str(package / name),)
+
+
+def test_lookup_without_vllm_installed_says_so(tmp_path):
+    lookup = vllm.lookup("x.json", env={}, package_configs=None, extra_dirs=(tmp_path,))
+    assert lookup.searched == (str(tmp_path / "x.json"),)
+    assert any("not installed" in note for note in lookup.notes)
+
+
+def test_nearest_row_is_the_engines_min_abs_rule():
+    table = json.loads('{"1": "a", "16": "b", "64": "c"}')
+    table = {int(k): v for k, v in table.items()}
+    assert [nearest_row(table, m) for m in (1, 8, 9, 40, 41, 5000)] == [
+        "a",
+        "a",
+        "b",
+        "b",
+        "c",
+        "c",
+    ]
+
+
+def test_file_name_is_vllms():
+    assert (
+        vllm.file_name(256, 256, "NVIDIA H200 NVL", "fp8_w8a8", (128, 128))
+        == "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    )
