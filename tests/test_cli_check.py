@@ -1,0 +1,162 @@
+"""`moetune check`: each engine's lookup against folders laid out like the engine's own.
+
+The engines' installed packages are stood in for by tmp folders (the functions that
+find them with `find_spec` are patched), the env vars point at tmp folders too.
+Qwen3-30B-A3B TP1 on an H200: E=128, N=768, bf16.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from moetune.cli import main
+from moetune.engines import sglang, vllm
+from moetune.extract import filenames
+
+NAME = "E=128,N=768,device_name=NVIDIA_H200.json"
+DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"
+ARGS = ("check", "--model", "Qwen/Qwen3-30B-A3B", "--device-name", "NVIDIA H200")
+
+
+@pytest.fixture(autouse=True)
+def hermetic(monkeypatch, tmp_path):
+    for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR", "MOETUNE_MAPPINGS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(vllm, "package_config_dir", lambda: None)
+    monkeypatch.setattr(sglang, "package_root", lambda: None)
+
+
+def run(capsys, *args):
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def put(folder, *names):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text('{"1": {}}')
+    return folder
+
+
+def test_nothing_anywhere_exits_4_with_the_fallback_and_the_tune_command(capsys):
+    code, out, _ = run(capsys, *ARGS)
+    assert code == 4
+    assert f"vLLM: {NAME}" in out and f"SGLang: {NAME}" in out
+    # vLLM's fallback at M=1..32 after PR #34846, and SGLang's M <= E tile
+    assert "M 1-32        M16 N64 K128 G1 w4 s4" in out
+    assert "M 1-128       M16 N32 K64 G1 w- s-" in out
+    assert (
+        "to fill the gap: moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 "
+        "--device-name 'NVIDIA H200' --engine vllm --install vllm"
+    ) in out
+    assert "Missing for vLLM, SGLang (exit status 4)." in out
+
+
+def test_env_folders_laid_out_like_each_engine(capsys, monkeypatch, tmp_path):
+    user = put(tmp_path / "vllm-user", NAME)
+    root = tmp_path / "sglang-root"
+    put(root / "configs" / "triton_3_6_0", NAME)
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(user))
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
+    code, out, _ = run(capsys, *ARGS, "--triton-version", "3.6.0", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["all_present"] is True
+    by_engine = {e["engine"]: e for e in report["engines"]}
+    assert by_engine["vllm"]["found"] == str(user / NAME)
+    assert by_engine["sglang"]["found"] == str(root / "configs" / "triton_3_6_0" / NAME)
+    assert by_engine["sglang"]["triton_folder"] == "triton_3_6_0"
+    down = by_engine["sglang"]["down"]
+    assert down["file_name"] == DOWN and down["found"] is None
+    assert down["fallback"] == "the down GEMM reuses the up config, without TMA"
+    assert by_engine["vllm"]["fallback_configs"]["4096"]["BLOCK_SIZE_M"] == 128
+
+
+def test_sglang_picks_the_newest_other_triton_folder(capsys, monkeypatch, tmp_path):
+    package = tmp_path / "sglang-package"
+    put(package / "configs" / "triton_3_4_0", NAME)
+    put(package / "configs" / "triton_3_5_1", NAME, DOWN)
+    put(package / "configs" / "triton_3_6_0")
+    monkeypatch.setattr(sglang, "package_root", lambda: package)
+    code, out, _ = run(capsys, *ARGS, "--engine", "sglang", "--triton-version", "3.6.0")
+    assert code == 0
+    lines = out.splitlines()
+    searched = [line.strip() for line in lines if line.strip()[:2] in ("1.", "2.", "3.")]
+    assert searched[:3] == [
+        f"1. {package}/configs/triton_3_6_0/{NAME}",
+        f"2. {package}/configs/triton_3_5_1/{NAME}  <- found",
+        f"3. {package}/configs/triton_3_4_0/{NAME}",
+    ]
+    assert f"FOUND: {package}/configs/triton_3_5_1/{NAME} (folder triton_3_5_1)" in out
+    assert f"_down file FOUND: {package}/configs/triton_3_5_1/{DOWN}" in out
+
+
+def test_vllm_package_folder_and_compare_dir(capsys, monkeypatch, tmp_path):
+    package = put(tmp_path / "vllm-configs", NAME)
+    monkeypatch.setattr(vllm, "package_config_dir", lambda: package)
+    code, out, _ = run(capsys, *ARGS, "--engine", "vllm")
+    assert code == 0 and f"FOUND: {package / NAME}" in out
+
+    mine = put(tmp_path / "mine", NAME)
+    code, out, _ = run(capsys, *ARGS, "--engine", "vllm", "--compare-dir", str(mine), "--json")
+    (engine,) = json.loads(out)["engines"]
+    assert engine["searched"] == [str(mine / NAME), str(package / NAME)]
+    assert engine["found"] == str(mine / NAME)
+
+    empty = put(tmp_path / "empty")
+    code, out, _ = run(
+        capsys, *ARGS, "--engine", "vllm", "--compare-dir", str(empty), "--compare-only"
+    )
+    assert code == 4 and "MISSING" in out
+
+
+def test_compare_only_needs_a_dir(capsys):
+    code, _, err = run(capsys, *ARGS, "--compare-only")
+    assert code == 2 and "--compare-only needs --compare-dir" in err
+
+
+def test_bad_model_is_one_line_error(capsys, tmp_path):
+    code, _, err = run(capsys, "check", "--model", str(tmp_path / "nope"))
+    assert code == 1 and err.startswith("Error: ") and err.count("\n") == 1
+
+
+PROBE = textwrap.dedent(
+    """
+    import contextlib, io, json, sys
+    from moetune.cli import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(["check", "--model", "Qwen/Qwen3-30B-A3B", "--json"])
+        except SystemExit as exc:
+            code = exc.code
+    loaded = [n for n in ("torch", "triton", "vllm", "sglang") if n in sys.modules]
+    print(json.dumps({"code": code, "loaded": loaded, "report": json.loads(out.getvalue())}))
+    """
+)
+
+
+def test_check_imports_neither_torch_triton_nor_the_engines(tmp_path):
+    # PYTHONPATH: this checkout's moetune, whatever an editable install points at.
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", PYTHONPATH=repo)
+    for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR", "MOETUNE_MAPPINGS"):
+        env.pop(variable, None)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout)
+    assert probe["loaded"] == []
+    assert probe["code"] in (0, 4)
+    assert probe["report"]["local_experts"] == 128
