@@ -23,7 +23,8 @@ MODEL = str(DATA / "tiny-moe")
 SPACE = str(DATA / "tiny-space.json")
 VLLM_NAME = "E=4,N=32,device_name=NVIDIA_H200.json"
 SGLANG_NAME = "configs/triton_{}/E=4,N=32,device_name=NVIDIA_H200.json"
-# 3 candidates x 2 batch sizes + the default config at each.
+# 3 candidates x 2 batch sizes + vLLM's fallback config at each (SGLang's fallback,
+# M16 N32 K64 G1 w4 s3 for this shape, is one of the 3 candidates).
 MEASUREMENTS = 8
 
 
@@ -47,11 +48,16 @@ def tune_args(save_dir, *extra):
 
 
 def moetune(args, env=None, **kwargs):
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR")
+    }
     return subprocess.run(
         [sys.executable, "-m", "moetune", *args],
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**base, **(env or {})},
         **kwargs,
     )
 
@@ -134,11 +140,18 @@ def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
     assert [row["batch_size"] for row in summary["results"]] == [2, 4]
     for row in summary["results"]:
         assert row["config"]["BLOCK_SIZE_N"] != 64  # the crashing candidate never wins
+    for row in summary["results"]:
+        # vLLM's fallback (M16 N64 K128 ...) crashes too: not timed; SGLang's is.
+        assert row["baselines"]["vllm_fallback"]["latency_us"] is None
+        assert row["baselines"]["sglang_fallback"]["speedup"] >= 1.0
+    assert set(summary["geomean_speedup"]) == {"vllm_fallback", "sglang_fallback"}
+    assert any("vLLM fallback M16 N64 K128" in note for note in summary["notes"])
     for row in summary["split"]:
         assert row["up"]["BLOCK_SIZE_N"] != 64 and row["down"]["BLOCK_SIZE_N"] != 64
     crashed = [m for m in ResultStore(tmp_path / STORE_FILENAME).all() if m.status == "crashed"]
-    # Once per batch size as a whole call, as the up GEMM alone and as the down GEMM alone.
-    assert sorted(m.kind for m in crashed) == ["down", "down", "up", "up", "whole", "whole"]
+    # Once per batch size as a whole call (the candidate, and vLLM's fallback), as the up
+    # GEMM alone and as the down GEMM alone.
+    assert sorted(m.kind for m in crashed) == ["down", "down", "up", "up"] + ["whole"] * 4
     assert all(m.error.startswith("worker process died") for m in crashed)
     triton = summary["plan"]["triton_version"].replace(".", "_")
     down_name = SGLANG_NAME.format(triton).replace(".json", "_down.json")
@@ -148,8 +161,9 @@ def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
         (down_name, "sglang"),
     ):
         validate_tuned_config(tmp_path / path, engine)
-    total = summary["measured"]
-    assert "tuned" in result.stderr and f"{total}/{total}" in result.stderr  # progress, stderr
+    # progress, on stderr: SGLang's fallback is a store hit (one of the 3 candidates) at each M
+    total = summary["measured"] + summary["reused"]
+    assert "tuned" in result.stderr and f"{total}/{total}" in result.stderr
 
 
 def test_killed_run_resumes_and_measures_only_what_is_missing(tmp_path):
@@ -206,10 +220,11 @@ def test_benchmark_times_default_and_files_side_by_side(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["configs"] == ["default", str(tuned)]
+    assert report["configs"] == ["vllm_fallback", "sglang_fallback", str(tuned)]
     (row,) = report["results"]
     assert row["batch_size"] == 3 and row[str(tuned)]["config"] == entry
-    assert row["default"]["latency_us"] > 0 and row[str(tuned)]["latency_us"] > 0
+    assert row["vllm_fallback"]["latency_us"] > 0 and row[str(tuned)]["latency_us"] > 0
+    assert set(report["geomean_speedup"][str(tuned)]) == {"vllm_fallback", "sglang_fallback"}
 
 
 def test_benchmark_rejects_a_malformed_config_file(tmp_path):
@@ -239,3 +254,51 @@ def test_dry_run_of_an_fp8_block_checkpoint_follows_it(tmp_path):
     result = CliRunner().invoke(cli, ["tune", "--model", fp8, "--dry-run", "--json"])
     assert result.exit_code == 0, result.output
     assert "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=[128,128]" in result.output
+
+
+def install_args(save_dir, *extra):
+    return [*tune_args(save_dir, "--engine", "vllm", "--install", "vllm"), *extra]
+
+
+def test_install_needs_an_engine_or_a_dir_and_says_so_before_tuning(tmp_path):
+    result = moetune(install_args(tmp_path / "out"))
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: --install vllm: vLLM is not installed here")
+    assert "--install-dir" in result.stderr and not (tmp_path / "out").exists()
+    result = moetune(tune_args(tmp_path / "out", "--install", "sglang", "--engine", "vllm"))
+    assert result.returncode == 2 and "needs --engine" in result.stderr
+
+
+def test_install_copies_into_the_env_folder_and_never_clobbers(tmp_path):
+    engine = tmp_path / "engine"
+    env = {"VLLM_TUNED_CONFIG_FOLDER": str(engine)}
+    first = moetune(install_args(tmp_path / "out"), env=env)
+    assert first.returncode == 0, first.stderr
+    installed = engine / VLLM_NAME
+    assert installed.read_text() == (tmp_path / "out" / VLLM_NAME).read_text()
+    assert f"Installed for vllm ($VLLM_TUNED_CONFIG_FOLDER): {installed}" in first.stdout
+    assert "export" not in first.stdout  # vLLM already reads that folder
+
+    again = moetune(install_args(tmp_path / "out", "--json"), env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["installed"][0]["status"] == "already installed"
+
+    other = json.dumps({"1": {**json.loads(installed.read_text())["2"], "num_stages": 5}})
+    installed.write_text(other)  # someone else's file
+    refused = moetune(install_args(tmp_path / "out"), env=env)
+    assert refused.returncode == 1 and "--overwrite-installed" in refused.stderr
+    assert installed.read_text() == other
+
+    replaced = moetune(install_args(tmp_path / "out", "--overwrite-installed", "--json"), env=env)
+    assert replaced.returncode == 0, replaced.stderr
+    (done,) = json.loads(replaced.stdout)["installed"]
+    assert done["status"] == "replaced" and Path(done["backup"]).read_text() == other
+    assert installed.read_text() == (tmp_path / "out" / VLLM_NAME).read_text()
+
+
+def test_install_dir_prints_the_export_line(tmp_path):
+    result = moetune(install_args(tmp_path / "out", "--install-dir", str(tmp_path / "mine")))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "mine" / VLLM_NAME).is_file()
+    assert f"To use it: export VLLM_TUNED_CONFIG_FOLDER={tmp_path / 'mine'}" in result.stdout
+    assert "Geomean speedup:" in result.stdout and "vLLM fallback us (speedup)" in result.stdout

@@ -70,8 +70,12 @@ def engine_baselines(
     env: Mapping[str, str] | None = None,
     vllm_package: Path | None | str = "find",
     sglang_package: Path | None | str = "find",
+    notes: list[str] | None = None,
 ) -> list[Baseline]:
-    """The baselines for this run, in `ORDER`; files only where the engine would find one."""
+    """The baselines for this run, in `ORDER`; files only where the engine would find one.
+
+    A file the engine would find but moetune cannot read is left out, with a note.
+    """
     env = os.environ if env is None else env
     dims = (
         problem.num_experts,
@@ -117,7 +121,12 @@ def engine_baselines(
             ).found
         if found is None:
             continue
-        table = load_table(found)
+        try:
+            table = load_table(found)
+        except MoetuneError as exc:
+            if notes is not None:
+                notes.append(f"not compared with the {engine} file: {exc}")
+            continue
         baselines.append(
             Baseline(
                 f"{engine}_file",

@@ -321,7 +321,6 @@ def run_tune(
     request, problem = plan.request, plan.problem
     started = time.perf_counter()
     summary = TuneSummary(plan)
-    # Before any timing: a malformed existing file fails the run now, not after the search.
     summary.baselines = engine_baselines(
         problem,
         request.batch_sizes,
@@ -329,6 +328,7 @@ def run_tune(
         request.device_name,
         request.triton_version,
         compare_dir=request.compare_dir,
+        notes=summary.notes,
     )
     store = ResultStore(plan.store_path)
     context = RunContext(problem, request.device_name, request.triton_version)

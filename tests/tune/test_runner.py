@@ -10,7 +10,6 @@ from moetune.errors import TuneError
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import (
     TuneRequest,
-    default_candidate,
     make_plan,
     plan_lines,
     run_tune,
@@ -110,20 +109,26 @@ def test_no_correct_candidate_means_no_file():
         verify_winners(ScriptedBackend({A: "wrong_result"}), PROBLEM, choices, [])
 
 
-def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path):
+def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path, monkeypatch):
     from moetune.tune.output import validate_tuned_config
 
+    for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
+        monkeypatch.delenv(variable, raising=False)
     plan = make_plan(request(tmp_path, engines=("vllm",)), DeviceLimits.h200())
     first = run_tune(plan)
-    # 3 candidates x 2 batch sizes, plus the default config at each batch size.
+    # 3 candidates x 2 batch sizes, plus vLLM's fallback at each batch size.
     assert first.measured == 8 and first.reused == 0
+    assert [b.key for b in first.baselines] == ["vllm_fallback"]
     assert [row.batch_size for row in first.rows] == [2, 4]
     for row in first.rows:
-        default = default_candidate(PROBLEM, row.batch_size)
-        assert row.config in plan.pruning[row.batch_size].kept or row.config == default
-        assert row.latency_us > 0 and row.default_latency_us > 0 and row.rel_rms < 0.02
-        # The default config competes too: the written config is never measured slower.
-        assert row.latency_us <= row.default_latency_us
+        fallbacks = {b.configs[row.batch_size] for b in first.baselines}
+        assert row.config in plan.pruning[row.batch_size].kept or row.config in fallbacks
+        assert row.latency_us > 0 and row.rel_rms < 0.02
+        assert set(row.baseline_us) == {"vllm_fallback"}
+        # The engines' configs compete too: the written config is never measured slower.
+        for key, base in row.baseline_us.items():
+            assert base > 0 and row.speedup_over(key) == base / row.latency_us >= 1.0
+    assert first.geomean_speedup("vllm_fallback") >= 1.0
     assert first.files == list(plan.files)
     [vllm] = (json.loads(path.read_text()) for path in first.files)
     validate_tuned_config(first.files[0], "vllm")
@@ -151,8 +156,36 @@ def test_summary_json_says_what_the_floor_is_made_of(tmp_path):
         {"bf16": "m bf16", "fp8": "m fp8"},
     )
     summary = TuneSummary(plan, ceilings=ceilings)
-    summary.rows.append(BatchResult(2, A, 10.0, 12.0, 11.0, 0, 0.0))
+    summary.rows.append(BatchResult(2, A, 10.0, 11.0, 0, 0.0, {"vllm_fallback": 12.0}))
     data = summary_json(summary)
     assert data["ceilings"]["read_bandwidth_tb_s"] == 4.6
     assert data["ceilings"]["peak_tflops"] == 1400.0 and data["ceilings"]["peak_source"] == "m fp8"
     assert data["results"][0]["roofline_fraction"] == 1.0
+
+
+def test_the_file_an_engine_would_load_is_timed_too(tmp_path, monkeypatch):
+    from moetune.tune.runner import summary_json
+
+    existing = tmp_path / "engine"
+    existing.mkdir()
+    # What vLLM would load today for this shape: one row, used at every M (nearest key).
+    (existing / "E=4,N=32,device_name=NVIDIA_H200.json").write_text(
+        json.dumps({"triton_version": "3.6.0", "1": A.as_config()})
+    )
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(existing))
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    plan = make_plan(
+        request(tmp_path / "out", batch_sizes=(2,), engines=("vllm",)), DeviceLimits.h200()
+    )
+    summary = run_tune(plan)
+    assert [b.key for b in summary.baselines] == ["vllm_fallback", "vllm_file"]
+    assert summary.baselines[1].configs == {2: A}
+    report = summary_json(summary)
+    (row,) = report["results"]
+    assert row["baselines"]["vllm_file"]["config"] == A.as_config()
+    assert row["baselines"]["vllm_file"]["latency_us"] > 0
+    assert row["baselines"]["vllm_file"]["speedup"] >= 1.0
+    assert set(report["geomean_speedup"]) == {"vllm_fallback", "vllm_file"}
+    assert report["baselines"][1]["source"] == str(
+        existing / "E=4,N=32,device_name=NVIDIA_H200.json"
+    )
