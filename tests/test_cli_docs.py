@@ -20,5 +20,5 @@ def test_cli_docs_match_the_help_text():
 
 def test_cli_docs_cover_every_command():
     text = _generator().DOC.read_text()
-    for command in ("extract", "tune", "benchmark", "archs", "validate"):
+    for command in ("extract", "check", "tune", "benchmark", "archs", "validate"):
         assert f"## `moetune {command}`" in text

@@ -100,7 +100,7 @@ def benchmark(
     json_: bool,
     **model: Any,
 ) -> None:
-    """Time each --config file per batch size against the engines' own configs (tuner's harness).
+    """Time --config files against the engines' own configs, per batch size.
 
     The baselines are what the engine runs today for this shape: vLLM's (and
     SGLang's) fallback config, and the file it would load ($VLLM_TUNED_CONFIG_FOLDER,

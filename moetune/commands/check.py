@@ -49,7 +49,7 @@ def check(
     json_: bool,
     **model: Any,
 ) -> None:
-    """Show which tuned-config file each engine will load for a model, and what it runs without.
+    """Show which tuned file each engine would load for a model, and its fallback.
 
     For vLLM and SGLang: the exact file name, the folders the engine searches in
     its order ($VLLM_TUNED_CONFIG_FOLDER, $SGLANG_MOE_CONFIG_DIR, the installed
