@@ -28,5 +28,6 @@ for r in rows:
 d = json.load(open(sys.argv[1]))
 print({k: d[k] for k in ("wall_s", "measured", "reused", "parallel_compile", "ceilings")})
 for r in d["results"]:
-    print(r["batch_size"], r["config"], r["latency_us"], r["default_latency_us"], r["floor_us"])
+    base = (r.get("baselines") or {}).get("vllm_fallback") or {}
+    print(r["batch_size"], r["config"], r["latency_us"], base.get("latency_us"), r["floor_us"])
 PY

@@ -184,6 +184,7 @@ def tune(
     plan = make_plan(request, resolved.limits)
     for line in plan_lines(plan):
         out.print(line, markup=False, soft_wrap=True)
+    out.print(f"Compare:     {_compare_line(request)}", markup=False, soft_wrap=True)
     for target in targets:
         out.print(
             f"Install:     {target.engine} -> {target.folder} ({target.source})", markup=False
@@ -203,6 +204,24 @@ def tune(
         report["installed"] = installed
         report["exports"] = exports
         click.echo(json.dumps(report, indent=2))
+
+
+def _compare_line(request) -> str:  # noqa: ANN001
+    """The engine baselines the run will time (files: the path each engine would load)."""
+    from moetune.tune.baselines import engine_baselines
+
+    baselines = engine_baselines(
+        request.problem,
+        request.batch_sizes,
+        request.engines,
+        request.device_name,
+        request.triton_version,
+        compare_dir=request.compare_dir,
+    )
+    parts = [b.label if not b.key.endswith("_file") else f"{b.label} {b.source}" for b in baselines]
+    if not any(b.key.endswith("_file") for b in baselines):
+        parts.append("no existing engine file found")
+    return ", ".join(parts)
 
 
 def _headline(summary) -> str:  # noqa: ANN001
