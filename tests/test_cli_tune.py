@@ -194,7 +194,8 @@ def test_killed_run_resumes_and_measures_only_what_is_missing(tmp_path):
     result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--engine", "vllm", "--json"))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["reused"] == kept
+    # + 2: SGLang's fallback at each M is a candidate the search already timed (a store hit)
+    assert summary["reused"] == kept + 2
     assert summary["measured"] == MEASUREMENTS - kept
     lines = store_path.read_text().splitlines()
     keys = {
@@ -301,4 +302,4 @@ def test_install_dir_prints_the_export_line(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "mine" / VLLM_NAME).is_file()
     assert f"To use it: export VLLM_TUNED_CONFIG_FOLDER={tmp_path / 'mine'}" in result.stdout
-    assert "Geomean speedup:" in result.stdout and "vLLM fallback us (speedup)" in result.stdout
+    assert "Geomean speedup: " in result.stdout and "x over the vLLM fallback" in result.stdout
