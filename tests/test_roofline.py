@@ -103,11 +103,11 @@ def test_roofline_fraction_never_exceeds_one():
         8,
         None,
         latency_us=10.0,
-        default_latency_us=12.0,
         floor_us=11.0,
         verified_rank=0,
         rel_rms=0.0,
+        baseline_us={"vllm_fallback": 12.0},
     )
     assert row.roofline_fraction == 1.0
-    row = BatchResult(8, None, 20.0, 12.0, 10.0, 0, 0.0)
+    row = BatchResult(8, None, 20.0, 10.0, 0, 0.0)
     assert row.roofline_fraction == 0.5
