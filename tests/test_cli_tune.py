@@ -149,9 +149,10 @@ def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
     for row in summary["split"]:
         assert row["up"]["BLOCK_SIZE_N"] != 64 and row["down"]["BLOCK_SIZE_N"] != 64
     crashed = [m for m in ResultStore(tmp_path / STORE_FILENAME).all() if m.status == "crashed"]
-    # Once per batch size as a whole call (the candidate, and vLLM's fallback), as the up
-    # GEMM alone and as the down GEMM alone.
-    assert sorted(m.kind for m in crashed) == ["down", "down", "up", "up"] + ["whole"] * 4
+    # Once per batch size as a whole call (the candidate, and vLLM's fallback), and as the up
+    # and the down GEMM alone in the split search.
+    kinds = [m.kind for m in crashed]
+    assert kinds.count("whole") == 4 and set(kinds) == {"whole", "up", "down"}
     assert all(m.error.startswith("worker process died") for m in crashed)
     triton = summary["plan"]["triton_version"].replace(".", "_")
     down_name = SGLANG_NAME.format(triton).replace(".json", "_down.json")
