@@ -26,6 +26,7 @@ from typing import Any
 from moetune.engines import sglang, vllm
 from moetune.engines.lookup import load_table, nearest_row, timeable
 from moetune.errors import MoetuneError
+from moetune.extract.quant import engine_file_n
 from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate
 
@@ -104,9 +105,11 @@ def engine_baselines(
             )
         )
     extra = (compare_dir,) if compare_dir is not None else ()
-    name_args = (problem.num_experts, problem.intermediate_size, device_name, dims[4], dims[5])
     version = None if triton_version in (None, "unknown") else triton_version
     for engine in engines:
+        # The N in the file name (SGLang keys int4 on the packed N // 2).
+        file_n = engine_file_n(engine, problem.intermediate_size, dims[4])
+        name_args = (problem.num_experts, file_n, device_name, dims[4], dims[5])
         if engine == "vllm":
             found = vllm.lookup(
                 vllm.file_name(*name_args), env=env, package_configs=vllm_package, extra_dirs=extra
