@@ -120,6 +120,7 @@ def tune(
     resolved = problem_from_options(model, dry_run=dry_run)
     for note in resolved.notes:
         err.print(f"Note: {note}")
+    engines = _engines_for(resolved.problem, engine, err)
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
@@ -133,7 +134,7 @@ def tune(
         batch_sizes=tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES),
         space=tuple(load_space(space_file) if space_file else default_space()),
         save_dir=save_dir,
-        engines=("vllm", "sglang") if engine == "both" else (engine,),
+        engines=engines,
         search=search,
         device_name=resolved.device_name,
         triton_version=resolved.triton_version,
@@ -160,6 +161,22 @@ def tune(
         click.echo(json.dumps(summary_json(summary), indent=2))
         return
     _print_summary(summary, out)
+
+
+def _engines_for(problem, engine: str, console) -> tuple[str, ...]:  # noqa: ANN001
+    """The engines to write files for: `engine`, less those that cannot use the dtype's file."""
+    from moetune.errors import TuneError
+    from moetune.tune.output import skipped_engines
+
+    requested = ("vllm", "sglang") if engine == "both" else (engine,)
+    skipped = skipped_engines(problem)
+    for name in requested:
+        if name in skipped:
+            console.print(f"Note: {skipped[name]}", markup=False)
+    engines = tuple(name for name in requested if name not in skipped)
+    if not engines:
+        raise TuneError(skipped[requested[0]])
+    return engines
 
 
 def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay lazy
