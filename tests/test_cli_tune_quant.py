@@ -3,7 +3,7 @@
 import json
 
 from click.testing import CliRunner
-from test_cli_tune import moetune, tune_args  # tests/ is on sys.path
+from test_cli_tune import QUANT, moetune, tune_args  # tests/ is on sys.path
 
 from moetune.cli import cli
 from moetune.tune.output import validate_tuned_config
@@ -93,3 +93,18 @@ def test_int8_w8a8_tune_runs_and_writes_only_sglangs_file(tmp_path):
         for name in names
     )
     assert not (tmp_path / "E=4,N=32,device_name=NVIDIA_H200.json").exists()
+
+
+def test_quantized_checkpoints_tune_as_they_are_quantized():
+    """--dtype auto: a GPTQ int4 checkpoint tunes int4 with its group size (symmetric: no
+    zero points); an FP8-dynamic one per-channel fp8."""
+    gptq = str(QUANT / "Qwen__Qwen3-30B-A3B-GPTQ-Int4.json")
+    result = CliRunner().invoke(cli, ["tune", "--model", gptq, "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["problem"] == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128"
+    scout = str(QUANT / "RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json")
+    result = CliRunner().invoke(cli, ["tune", "--model", scout, "--tp", "4", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["problem"] == "E=16,N=2048,K=5120,topk=1,dtype=fp8_w8a8,per_channel"

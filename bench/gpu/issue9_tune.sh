@@ -2,9 +2,10 @@
 # Issue 9, tune side, on the H200 (<= 9 minutes): full `moetune tune --search fast` (the 18
 # batch sizes) of the new dtypes side by side with bf16, in the same run:
 #   bf16      Qwen3-30B-A3B TP1                         (the baseline: whole call vs roofline)
-#   int4      Qwen3-30B-A3B TP1 --dtype int4_w4a16 --group-size 128
+#   int4      Qwen/Qwen3-30B-A3B-GPTQ-Int4 TP1 (bundled config: int4_w4a16, group 128, no zero points)
 #   int8      Qwen3-30B-A3B TP1 --dtype int8_w8a8        (SGLang file only)
-#   fp8pc     Llama-4-Scout TP4 --dtype fp8_w8a8 --per-channel-quant (E=16, N=2048, K=5120)
+#   fp8pc     RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic TP4 (bundled: per-channel fp8;
+#             E=16, N=2048, K=5120, top-1)
 # With G >= 2 visible GPUs the tunes run G at a time, one GPU each (CUDA_VISIBLE_DEVICES);
 # with one GPU they run one after another under per-tune limits, and a tune cut off by its
 # limit is resumed from its results store with the time left at the end.
@@ -13,7 +14,7 @@
 # $OUT/<name>/, and a wall-time line in $OUT/steps.txt; $OUT/summary.txt is the table.
 # Needs jsonschema importable (the tuner validates the files it writes).
 # Usage: OUT=/some/dir bash bench/gpu/issue9_tune.sh [BUDGET_S]
-# (QWEN_MODEL / SCOUT_MODEL replace the models; TUNE_EXTRA adds tune options, e.g. for a CPU rehearsal: TRITON_INTERPRET=1
+# (QWEN_MODEL / INT4_MODEL / SCOUT_MODEL replace the models; TUNE_EXTRA adds tune options, e.g. for a CPU rehearsal: TRITON_INTERPRET=1
 #  TUNE_EXTRA="--batch-size 1 --space tiny.json" bash bench/gpu/issue9_tune.sh 300)
 set -u
 BUDGET=${1:-530}
@@ -40,9 +41,9 @@ echo "engine: $ENGINE (int8_w8a8: sglang)" | tee -a "$OUT/steps.txt"
 NAMES=(int4 fp8pc int8 bf16)
 declare -A ARGS=(
     [bf16]="--model ${QWEN_MODEL:-Qwen/Qwen3-30B-A3B} --tp 1 --dtype bf16 --engine $ENGINE"
-    [int4]="--model ${QWEN_MODEL:-Qwen/Qwen3-30B-A3B} --tp 1 --dtype int4_w4a16 --group-size 128 --engine $ENGINE"
+    [int4]="--model ${INT4_MODEL:-Qwen/Qwen3-30B-A3B-GPTQ-Int4} --tp 1 --engine $ENGINE"
     [int8]="--model ${QWEN_MODEL:-Qwen/Qwen3-30B-A3B} --tp 1 --dtype int8_w8a8 --engine sglang"
-    [fp8pc]="--model ${SCOUT_MODEL:-meta-llama/Llama-4-Scout-17B-16E-Instruct} --tp 4 --dtype fp8_w8a8 --per-channel-quant --engine $ENGINE"
+    [fp8pc]="--model ${SCOUT_MODEL:-RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic} --tp 4 --engine $ENGINE"
 )
 # One-GPU limits (s), in NAMES order; they add up to about 500.
 declare -A LIMIT=([int4]=150 [fp8pc]=120 [int8]=120 [bf16]=110)
