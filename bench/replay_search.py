@@ -30,7 +30,8 @@ from moetune.tune.store import Measurement, ResultStore
 from moetune.tune.strategy import fast_search
 
 KEY_PATTERN = re.compile(
-    r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?$"
+    r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
+    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?$"
 )
 
 
@@ -38,9 +39,19 @@ def problem_from_key(key: str) -> TuneProblem:
     match = KEY_PATTERN.match(key)
     if match is None:
         raise SystemExit(f"cannot read problem key {key!r}")
-    e, n, k, topk, dtype, bn, bk = match.groups()
+    e, n, k, topk, dtype, bn, bk, per_channel, group, zp = match.groups()
     block = (int(bn), int(bk)) if bn else None
-    return TuneProblem(int(e), int(n), int(k), int(topk), dtype, block)
+    return TuneProblem(
+        int(e),
+        int(n),
+        int(k),
+        int(topk),
+        dtype,
+        block,
+        per_channel=bool(per_channel),
+        group_size=int(group) if group else None,
+        has_zp=bool(zp),
+    )
 
 
 class ReplayMeasurer:

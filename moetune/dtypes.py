@@ -1,34 +1,51 @@
-"""What `moetune tune` can time and write files for: the one list everyone reads.
+"""The kernel dtype strings moetune implements and tunes: the one list every layer reads.
 
 `moetune extract` (its quantization notes), `moetune tune` (`--dtype` choices,
-`TuneProblem` checks) and the quantization rules (`extract/quant.py`: may tune
-write this engine's file?) all read these tuples, so a new kernel path is
-enabled in one place: add its dtype here once the kernel is checked against
-`kernel/naive.py`.
+`TuneProblem` checks), the kernel (`make_problem`, `default_config`) and the
+quantization rules all read these tuples, so a new kernel path is enabled in one
+place once it is checked against `kernel/naive.py`. Plain data: no torch, no
+triton.
 
-Kernel dtypes are spelled as the engines spell them in file names
-(``fp8_w8a8``, ``int4_w4a16``...); ``bf16``/``fp16`` are the unquantized kernel.
+The strings are the engines' own (``dtype=`` in vLLM's and SGLang's tuned-config
+file names); "bf16"/"fp16" are the unquantized kernel, which the file names leave out.
+
+| dtype | weights | activations into the GEMMs |
+|---|---|---|
+| ``bf16`` / ``fp16`` | unquantized | unquantized |
+| ``fp8_w8a8`` | fp8 e4m3: per tensor, per output channel, or [bn, bk] blocks | fp8, dynamic: per tensor, per token, or per token group |
+| ``int8_w8a8`` | int8, per output channel | int8, dynamic per token |
+| ``int8_w8a16`` | int8, per output channel | unquantized |
+| ``int4_w4a16`` | int4 packed two per byte along K, a scale (and optional zero point) per group of K | unquantized |
 """
 
 from __future__ import annotations
 
+UNQUANTIZED_DTYPES = ("bf16", "fp16")
+QUANT_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")
+# Every kernel dtype the kernel, the tuner and `--dtype` accept (besides "auto").
+KERNEL_DTYPES = UNQUANTIZED_DTYPES + QUANT_DTYPES
+# Dtypes whose weights may carry a per-output-channel scale with per-token activation scales.
+PER_CHANNEL_DTYPES = ("fp8_w8a8", "int8_w8a8")
+# Dtypes implemented per channel only (int8 w8a8 MoE checkpoints are per-channel in both engines).
+ALWAYS_PER_CHANNEL_DTYPES = ("int8_w8a8",)
+# Dtypes with group-wise weight scales along K (the engines' block_shape=[0, group_size]).
+GROUP_QUANT_DTYPES = ("int4_w4a16",)
+DEFAULT_INT4_GROUP_SIZE = 128
+
+# The names `extract` reads (what `moetune tune` can time and write files for).
 # `--dtype` values `tune` accepts besides `auto`.
-TUNE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8_w8a8", "int8_w8a16")
-
-# Of those, the ones tune can also run with per-output-channel weight scales and
-# per-token activation scales (SGLang's `per_channel_quant=True` files).
-TUNE_PER_CHANNEL_DTYPES: tuple[str, ...] = ()
-
-# Of those, the ones tune can run with static (checkpoint) activation scales;
-# the kernel computes activation scales on the fly otherwise.
+TUNE_DTYPES: tuple[str, ...] = KERNEL_DTYPES
+# Of those, the ones tune can run with per-output-channel weight scales and per-token
+# activation scales (SGLang's `per_channel_quant=True` files).
+TUNE_PER_CHANNEL_DTYPES: tuple[str, ...] = PER_CHANNEL_DTYPES
+# Of those, the ones tune can run with static (checkpoint) activation scales; the kernel
+# computes activation scales on the fly, so none.
 TUNE_STATIC_ACTIVATION_DTYPES: tuple[str, ...] = ()
-
 # Of those, the ones with block-quantized weights (`block_shape=[bn, bk]`).
 TUNE_BLOCK_DTYPES: tuple[str, ...] = ("fp8_w8a8",)
-
-# Of those, the weight-only ones tune can run with group-wise scales
-# (`block_shape=[0, group_size]`, GPTQ/AWQ style); int8_w8a16 is per-channel today.
-TUNE_GROUP_DTYPES: tuple[str, ...] = ()
+# Of those, the weight-only ones with group-wise scales (`block_shape=[0, group_size]`,
+# GPTQ/AWQ style); int8_w8a16 is per-channel only.
+TUNE_GROUP_DTYPES: tuple[str, ...] = GROUP_QUANT_DTYPES
 
 
 def tune_accepts(
@@ -51,7 +68,7 @@ def tune_accepts(
 
 
 def accepted_summary() -> str:
-    """What tune accepts, for messages: ``bf16, fp16, fp8_w8a8, int8_w8a16; fp8_w8a8 also block-quantized``."""
+    """What tune accepts, for messages: ``bf16, fp16, ...; fp8_w8a8 also block-quantized...``."""
     text = ", ".join(TUNE_DTYPES)
     for dtypes, what in (
         (TUNE_BLOCK_DTYPES, "block-quantized"),

@@ -240,12 +240,15 @@ QUANT = Path(__file__).resolve().parent.parent / "moetune" / "catalog"
 
 
 def test_dry_run_refuses_a_kernel_tune_cannot_time_in_one_line(tmp_path):
-    gptq = str(QUANT / "Qwen__Qwen3-30B-A3B-GPTQ-Int4.json")
-    result = moetune(["tune", "--model", gptq, "--dry-run", "--save-dir", str(tmp_path)])
+    # static (checkpoint) activation scales: the kernel computes them on the fly only
+    static = str(QUANT / "mistralai__Mistral-Small-4-119B-2603.json")
+    result = moetune(["tune", "--model", static, "--dry-run", "--save-dir", str(tmp_path)])
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
-    assert lines[0].startswith("Error: moetune tune cannot time int4_w4a16 group 128 (GPTQ")
+    assert lines[0].startswith(
+        "Error: moetune tune cannot time fp8_w8a8 static activation scales (FP8"
+    )
     assert "--dtype accepts bf16, fp16, fp8_w8a8" in lines[0]
     assert not any(tmp_path.iterdir())
 

@@ -154,6 +154,7 @@ def tune(
     targets = _install_targets(install, install_dir, engines, resolved.triton_version)
     for note in resolved.notes:
         err.print(f"Note: {note}")
+    engines = _engines_for(resolved.problem, engine, err)
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
@@ -303,6 +304,22 @@ def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
             )
             console.print(f"To use it: {target.export}  ({reads})", markup=False, soft_wrap=True)
     return installed, exports
+
+
+def _engines_for(problem, engine: str, console) -> tuple[str, ...]:  # noqa: ANN001
+    """The engines to write files for: `engine`, less those that cannot use the dtype's file."""
+    from moetune.errors import TuneError
+    from moetune.tune.output import skipped_engines
+
+    requested = ("vllm", "sglang") if engine == "both" else (engine,)
+    skipped = skipped_engines(problem)
+    for name in requested:
+        if name in skipped:
+            console.print(f"Note: {skipped[name]}", markup=False)
+    engines = tuple(name for name in requested if name not in skipped)
+    if not engines:
+        raise TuneError(skipped[requested[0]])
+    return engines
 
 
 def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay lazy

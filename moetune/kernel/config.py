@@ -8,12 +8,16 @@ program moves a lot of weight bytes); many slots per expert means a
 compute-bound GEMM (128 x 256 tiles, 8 warps), the shape every published bf16
 file converges to from M = 1024 up; fp8 stops at 64 x 128 (`_fp8_config`). Block-quantized fp8 keeps ``BLOCK_SIZE_K`` a
 divisor of the quantization block and ``BLOCK_SIZE_N`` at most its N size, as
-vLLM's tuner requires, so the config also runs unchanged in vLLM.
+vLLM's tuner requires, so the config also runs unchanged in vLLM. int8 w8a8 (one
+byte per weight and activation) takes the fp8 heuristic; int4 w4a16 follows vLLM's
+``moe_wna16`` Triton defaults (`_int4_config`).
 """
 
 from __future__ import annotations
 
-DTYPES = ("bf16", "fp16", "fp8_w8a8", "int8_w8a16")
+from moetune.dtypes import KERNEL_DTYPES
+
+DTYPES = KERNEL_DTYPES
 
 # The six keys of one batch-size entry in vLLM's and SGLang's tuned-config files, in their order.
 CONFIG_KEYS = (
@@ -46,8 +50,10 @@ def default_config(
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     slots_per_expert = M * top_k / E
-    if dtype == "fp8_w8a8":
+    if dtype in ("fp8_w8a8", "int8_w8a8"):
         return _fp8_config(slots_per_expert, block_shape)
+    if dtype == "int4_w4a16":
+        return _int4_config(M)
     if slots_per_expert <= 8:
         return _config(16, 64 if E >= 64 else 128, 128, 1, 4, 4)
     if slots_per_expert <= 16:
@@ -75,3 +81,17 @@ def _fp8_config(slots_per_expert: float, block_shape: tuple[int, int] | None) ->
         config["BLOCK_SIZE_K"] = min(config["BLOCK_SIZE_K"], bk)
         config["BLOCK_SIZE_N"] = min(config["BLOCK_SIZE_N"], bn)
     return config
+
+
+def _int4_config(M: int) -> dict:
+    """int4 w4a16: vLLM's defaults for its ``moe_wna16`` Triton kernel.
+
+    vLLM's `get_default_config` picks only BLOCK_SIZE_M (16 up to 20 tokens, 32 up
+    to 40, else 64; GROUP_SIZE_M 1) and `get_moe_wna16_block_config` the rest:
+    BLOCK_SIZE_N 32 and BLOCK_SIZE_K 64 for one token, else 64 and 32 (4 warps,
+    Triton's default 3 stages). Any group size works with these: the kernel
+    gathers a scale per K element.
+    """
+    bm = 16 if M <= 20 else 32 if M <= 40 else 64
+    bn, bk = (32, 64) if M == 1 else (64, 32)
+    return _config(bm, bn, bk, 1, 4, 3)

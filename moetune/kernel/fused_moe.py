@@ -7,7 +7,9 @@
 
 fp8 w8a8 quantizes x before GEMM1 and act before GEMM2 (dynamically, per tensor or
 per token group; for block fp8 the SiLU-and-mul kernel quantizes its own output,
-so act never exists in bf16). `config` drives the up GEMM and, as in vLLM, also the down
+so act never exists in bf16); per-channel fp8 and int8 w8a8 quantize x and act per
+token. int4 w4a16 runs its own GEMM kernel (``fused_moe_wna16_kernel``) on
+unquantized activations. `config` drives the up GEMM and, as in vLLM, also the down
 GEMM unless `down_config` (SGLang's ``_down.json`` entry) is given; either may carry
 SGLang's ``"USE_TMA"`` (`moetune.kernel.tma`). With TMA on the down GEMM, gate_up and
 act are in sorted, expert-contiguous order, ``len(sorted_token_ids)`` rows. Every step
@@ -19,11 +21,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from moetune.errors import MoetuneError
 from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
 from moetune.kernel.config import default_config
 from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
-from moetune.kernel.quant import MoEQuant, per_tensor_quant_fp8, per_token_group_quant_fp8
+from moetune.kernel.fused_moe_wna16_kernel import invoke_fused_moe_wna16_gemm
+from moetune.kernel.quant import (
+    MoEQuant,
+    per_tensor_quant_fp8,
+    per_token_group_quant_fp8,
+    per_token_quant,
+)
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
 from moetune.kernel.tma import check_tma_request, split_configs
@@ -42,12 +51,44 @@ def kernel_dtype(x: torch.Tensor, quant: MoEQuant | None) -> str:
 
 
 def _quantize_activation(a: torch.Tensor, quant: MoEQuant | None):
-    """``(a as GEMM input, its scale or None)``: fp8 for w8a8, unchanged otherwise."""
-    if quant is None or quant.dtype != "fp8_w8a8":
+    """``(a as GEMM input, its scale or None)``: fp8/int8 for w8a8, unchanged otherwise."""
+    if quant is None or quant.dtype not in ("fp8_w8a8", "int8_w8a8"):
         return a, None
+    if quant.per_channel:
+        return per_token_quant(a, quant.dtype)
     if quant.block_shape is None:
         return per_tensor_quant_fp8(a)
     return per_token_group_quant_fp8(a, quant.block_shape[1])
+
+
+def gemm_launcher(quant: MoEQuant | None):
+    """The GEMM launcher for `quant`'s weight layout: `invoke_fused_moe_gemm`, or for int4
+    w4a16 an adapter to its own kernel taking the same arguments (see `weight_launch_args`)."""
+    if quant is None or quant.dtype != "int4_w4a16":
+        return invoke_fused_moe_gemm
+    return _invoke_wna16
+
+
+def _invoke_wna16(
+    a, w, c, *, a_scale, w_scale, quant_dtype, block_shape, w_zp, group_size, **launch
+):  # noqa: ANN001, ANN202
+    """`invoke_fused_moe_gemm`'s arguments, on the int4 w4a16 kernel (no TMA there)."""
+    assert a_scale is None and block_shape is None, "int4_w4a16 takes unquantized activations"
+    tma = [name for name in ("a_use_tma", "w_use_tma", "c_sorted") if launch.pop(name, False)]
+    if tma:
+        raise MoetuneError(f"int4_w4a16 has no TMA path ({', '.join(tma)})")
+    return invoke_fused_moe_wna16_gemm(
+        a, w, c, w_scale=w_scale, w_zp=w_zp, group_size=group_size, **launch
+    )
+
+
+def weight_launch_args(quant: MoEQuant | None, zero_points) -> dict:  # noqa: ANN001
+    """The launcher keywords besides the common ones: per_channel, or int4's zero points and group."""
+    if quant is None:
+        return {}
+    if quant.dtype == "int4_w4a16":
+        return dict(w_zp=zero_points, group_size=quant.group_size)
+    return dict(per_channel=quant.per_channel)
 
 
 def fused_experts(
@@ -93,8 +134,13 @@ def fused_experts(
     num_tokens, hidden = x.shape
     num_experts, two_n, w1_k = w1.shape
     n = two_n // 2
-    assert w1_k == hidden and two_n == 2 * n, f"w1 must be [E, 2N, {hidden}], got {list(w1.shape)}"
-    assert tuple(w2.shape) == (num_experts, hidden, n), f"w2 must be [{num_experts}, {hidden}, {n}]"
+    pack = quant.pack_factor if quant is not None else 1  # int4: two weights per stored byte
+    assert w1_k * pack == hidden and two_n == 2 * n, (
+        f"w1 must be [E, 2N, {hidden // pack}], got {list(w1.shape)}"
+    )
+    assert tuple(w2.shape) == (num_experts, hidden, n // pack), (
+        f"w2 must be [{num_experts}, {hidden}, {n // pack}]"
+    )
     assert topk_ids.shape == topk_weights.shape and topk_ids.shape[0] == num_tokens, (
         "routing must be [M, top_k]"
     )
@@ -106,6 +152,7 @@ def fused_experts(
     quant_dtype = quant.dtype if quant is not None else None
     w1_scale = quant.w1_scale if quant is not None else None
     w2_scale = quant.w2_scale if quant is not None else None
+    gemm = gemm_launcher(quant)
     topk_weights = topk_weights.contiguous()
     split = split_configs(config, down_config)
     if split.up_tma or split.down_tma:
@@ -127,12 +174,13 @@ def fused_experts(
     )
 
     a1, a1_scale = _quantize_activation(x, quant)
-    invoke_fused_moe_gemm(
+    gemm(
         a1,
         w1,
         gate_up,
         a_scale=a1_scale,
         w_scale=w1_scale,
+        **weight_launch_args(quant, quant.w1_zp if quant is not None else None),
         topk_weights=None,
         mul_routed_weight=False,
         top_k=top_k,
@@ -148,12 +196,13 @@ def fused_experts(
         a2, a2_scale = silu_and_mul_quant_fp8(gate_up, block_shape[1])
     else:
         a2, a2_scale = _quantize_activation(silu_and_mul(gate_up), quant)
-    invoke_fused_moe_gemm(
+    gemm(
         a2,
         w2,
         down,
         a_scale=a2_scale,
         w_scale=w2_scale,
+        **weight_launch_args(quant, quant.w2_zp if quant is not None else None),
         topk_weights=topk_weights,
         mul_routed_weight=True,
         top_k=1,

@@ -23,10 +23,10 @@ Arrays of one launch (``slot = token * top_k + k``; ``num_slots = M * top_k``):
 
 | array | shape | dtype | meaning |
 |---|---|---|---|
-| ``a`` | ``[num_slots // top_k, K]`` | bf16/fp16; fp8 for w8a8 | rows gathered as ``slot // top_k`` (top_k=1 for GEMM2) |
-| ``w`` | ``[E, N, K]`` | bf16/fp16; fp8 (w8a8); int8 (w8a16) | one weight matrix per expert, out-features first |
+| ``a`` | ``[num_slots // top_k, K]`` | bf16/fp16; fp8 / int8 for w8a8 | rows gathered as ``slot // top_k`` (top_k=1 for GEMM2) |
+| ``w`` | ``[E, N, K]`` | bf16/fp16; fp8 / int8 (w8a8); int8 (w8a16) | one weight matrix per expert, out-features first |
 | ``c`` | ``[num_slots, N]`` | bf16/fp16 (compute dtype) | output row per slot |
-| ``a_scale`` | ``[1]`` per-tensor, ``[rows, cdiv(K, block_k)]`` block | fp32 | activation dequant scale (fp8 w8a8) |
+| ``a_scale`` | ``[1]`` per-tensor, ``[rows, 1]`` per-token, ``[rows, cdiv(K, block_k)]`` block | fp32 | activation dequant scale (w8a8) |
 | ``w_scale`` | ``[E]`` per-tensor, ``[E, N]`` per-channel, ``[E, cdiv(N, block_n), cdiv(K, block_k)]`` block | fp32 | weight dequant scale |
 | ``topk_weights`` | ``[M, top_k]`` | fp32 | routing weight of each slot (GEMM2 only) |
 | ``sorted_token_ids`` | ``[EM]`` | int32 | slots grouped by expert; pad value ``num_slots`` |
@@ -46,10 +46,15 @@ per-tensor (fp8 x fp8 tensor-core dot, both scales applied once at the end);
 ``"fp8_w8a8"`` with ``block_shape=(block_n, block_k)`` (per-token-group activation
 scales and per-block weight scales applied to every K step's partial product, which
 needs ``block_k % BLOCK_SIZE_K == 0``); ``"int8_w8a16"`` per output channel (int8
-weights converted to the compute dtype in registers, scale applied at the end).
-int8 w8a16 with block (group) scales is not implemented and is refused. fp8 needs
-``BLOCK_SIZE_K >= 32``: Triton refuses a narrower fp8 dot on Hopper (seen on the H200
-with Triton 3.6), so `check_config` refuses it on every machine.
+weights converted to the compute dtype in registers, scale applied at the end);
+``"fp8_w8a8"`` / ``"int8_w8a8"`` with ``per_channel`` (per-output-channel weight
+scales ``[E, N]`` and dynamic per-token activation scales ``[rows, 1]``, applied once
+at the end; int8 x int8 dots give int32, added to the fp32 accumulator each K step
+as vLLM and SGLang do). int8 w8a16 with block (group) scales is not implemented and
+is refused; int4 w4a16 has its own kernel (``fused_moe_wna16_kernel.py``). fp8 and
+int8 dots need ``BLOCK_SIZE_K >= 32``: Triton refuses a narrower fp8 dot on Hopper
+(seen on the H200 with Triton 3.6; int8 MMA reduces over 32 too), so `check_config`
+refuses it on every machine.
 
 Triton's CPU interpreter (``TRITON_INTERPRET=1``, checked on Triton 3.9) mishandles
 bf16: ``tl.dot`` on two bf16 operands returns garbage (fp16 and fp8 are exact),
@@ -73,7 +78,8 @@ from moetune.kernel.config import CONFIG_KEYS
 if TYPE_CHECKING:
     import torch
 
-QUANT_DTYPES = ("fp8_w8a8", "int8_w8a16")
+QUANT_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16")  # int4_w4a16: fused_moe_wna16_kernel
+EIGHT_BIT_DOT_DTYPES = ("fp8_w8a8", "int8_w8a8")  # 8-bit tensor-core dots: BLOCK_SIZE_K >= 32
 
 
 @triton.jit
@@ -141,6 +147,8 @@ def fused_moe_kernel(
     COMPUTE_TYPE: tl.constexpr,
     USE_FP8_W8A8: tl.constexpr,
     USE_INT8_W8A16: tl.constexpr,
+    USE_INT8_W8A8: tl.constexpr,
+    PER_CHANNEL: tl.constexpr,
     EVEN_K: tl.constexpr,
     C_SORTED: tl.constexpr,
     INTERPRETER_BF16: tl.constexpr,
@@ -205,10 +213,13 @@ def fused_moe_kernel(
 
     if USE_INT8_W8A16:
         w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn * stride_wsn)
-    if USE_FP8_W8A8:
+    if USE_FP8_W8A8 or USE_INT8_W8A8:
         if GROUP_K > 0:
             a_scale_ptrs = a_scale_ptr + a_rows * stride_asm
             w_scale_ptrs = w_scale_ptr + expert * stride_wse + (offs_wn // GROUP_N) * stride_wsn
+        elif PER_CHANNEL:
+            w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn * stride_wsn)
+            a_scale = tl.load(a_scale_ptr + a_rows * stride_asm, mask=token_mask, other=0.0)
         else:
             a_scale = tl.load(a_scale_ptr)
             w_scale = tl.load(w_scale_ptr + expert * stride_wse)
@@ -243,6 +254,9 @@ def fused_moe_kernel(
             a_scale = tl.load(a_scale_ptrs + k_group * stride_ask, mask=token_mask, other=0.0)
             w_scale = tl.load(w_scale_ptrs + k_group * stride_wsk)
             accumulator += tl.dot(a, w) * a_scale[:, None] * w_scale[None, :]
+        elif USE_INT8_W8A8:
+            # int8 x int8 -> int32 on the GPU (fp32 operands in the interpreter)
+            accumulator += tl.dot(a, w).to(tl.float32)
         else:
             accumulator = tl.dot(a, w, acc=accumulator)
         if a_desc is None:
@@ -255,7 +269,9 @@ def fused_moe_kernel(
         accumulator = accumulator * routed_weight[:, None]
     if USE_INT8_W8A16:
         accumulator = accumulator * w_scale[None, :]
-    if USE_FP8_W8A8 and GROUP_K == 0:
+    if (USE_FP8_W8A8 or USE_INT8_W8A8) and PER_CHANNEL:
+        accumulator = accumulator * a_scale[:, None] * w_scale[None, :]
+    elif USE_FP8_W8A8 and GROUP_K == 0:
         accumulator = accumulator * (a_scale * w_scale)
     if INTERPRETER_BF16:
         accumulator = _round_to_bf16_grid(accumulator)
@@ -290,9 +306,9 @@ def check_config(
         raise MoetuneError(
             "kernel config BLOCK_SIZE_M, BLOCK_SIZE_N and BLOCK_SIZE_K must be at least 16 (tl.dot)"
         )
-    if quant_dtype == "fp8_w8a8" and config["BLOCK_SIZE_K"] < 32:
+    if quant_dtype in EIGHT_BIT_DOT_DTYPES and config["BLOCK_SIZE_K"] < 32:
         raise MoetuneError(
-            "fp8_w8a8 needs BLOCK_SIZE_K >= 32: Hopper's fp8 tensor-core dot reduces over 32"
+            f"{quant_dtype} needs BLOCK_SIZE_K >= 32: Hopper's 8-bit tensor-core dot reduces over 32"
         )
     if block_shape is not None and block_shape[1] % config["BLOCK_SIZE_K"]:
         raise MoetuneError(
@@ -325,6 +341,7 @@ def invoke_fused_moe_gemm(
     a_use_tma: bool = False,
     w_use_tma: bool = False,
     c_sorted: bool = False,
+    per_channel: bool = False,
 ) -> torch.Tensor:
     """Launch `fused_moe_kernel` once: ``c[slot] = a[slot // top_k] @ w[expert(slot)].T``.
 
@@ -386,6 +403,14 @@ def invoke_fused_moe_gemm(
 
     use_fp8 = quant_dtype == "fp8_w8a8"
     use_int8_w8a16 = quant_dtype == "int8_w8a16"
+    use_int8_w8a8 = quant_dtype == "int8_w8a8"
+    assert not per_channel or quant_dtype in EIGHT_BIT_DOT_DTYPES, (
+        "per_channel is for fp8_w8a8 and int8_w8a8"
+    )
+    assert not use_int8_w8a8 or per_channel, "int8_w8a8 is implemented per channel only"
+    if use_int8_w8a8:
+        assert a.dtype == torch.int8 and w.dtype == torch.int8, "int8_w8a8 needs int8 a and w"
+        assert a_scale is not None and w_scale is not None, "int8_w8a8 needs a_scale and w_scale"
     if use_fp8:
         assert a.dtype == torch.float8_e4m3fn and w.dtype == torch.float8_e4m3fn, (
             "fp8_w8a8 needs fp8 a and w"
@@ -398,7 +423,7 @@ def invoke_fused_moe_gemm(
         assert w_scale is not None and w_scale.shape == (num_experts, n), (
             "int8_w8a16 needs w_scale [E, N]"
         )
-    else:
+    elif not use_int8_w8a8:
         assert a.dtype == c.dtype and w.dtype == c.dtype, "a, w and c must share a dtype"
 
     if (n - 1) * w.stride(1) + (k - 1) * w.stride(2) >= 2**31:
@@ -418,6 +443,13 @@ def invoke_fused_moe_gemm(
         )
         a_scale_strides = (a_scale.stride(0), a_scale.stride(1))
         w_scale_strides = (w_scale.stride(0), w_scale.stride(1), w_scale.stride(2))
+    elif per_channel:
+        assert a_scale.shape[0] == a.shape[0] and a_scale.numel() == a.shape[0], (
+            f"per-token a_scale must be [{a.shape[0]}, 1]"
+        )
+        assert w_scale.shape == (num_experts, n), f"per-channel w_scale must be [E, {n}]"
+        a_scale_strides = (a_scale.stride(0), 0)
+        w_scale_strides = (w_scale.stride(0), w_scale.stride(1), 0)
     elif use_fp8:
         assert a_scale.numel() == 1 and w_scale.numel() == num_experts, (
             "per-tensor fp8 scales: a [1], w [E]"
@@ -470,6 +502,8 @@ def invoke_fused_moe_gemm(
         COMPUTE_TYPE=compute_type,
         USE_FP8_W8A8=use_fp8,
         USE_INT8_W8A16=use_int8_w8a16,
+        USE_INT8_W8A8=use_int8_w8a8,
+        PER_CHANNEL=per_channel,
         EVEN_K=k % config["BLOCK_SIZE_K"] == 0,
         C_SORTED=c_sorted,
         INTERPRETER_BF16=interpreting() and c.dtype == torch.bfloat16,

@@ -5,8 +5,11 @@ function. It follows the kernel's numerics only where they are part of the
 definition, not an accident of it:
 
 - quantized weights are dequantized to fp32 (`moetune.kernel.quant.dequantize_weights`);
-- fp8 w8a8 quantizes the activations exactly as the kernel path does (dynamic per
-  tensor, or per token group of ``block_k`` columns), then dequantizes them;
+- w8a8 quantizes the activations exactly as the kernel path does (dynamic per
+  tensor, per token, or per token group of ``block_k`` columns), then dequantizes them;
+- int4 w4a16 weights are unpacked and dequantized ``(code - zero) * scale`` in fp32
+  (the kernel rounds that product to x's dtype before its dot: a 2**-9 relative
+  difference per weight, well inside the tolerances);
 - the gate/up output and the SiLU-and-mul output are rounded to x's dtype, where
   the kernel stores them, so the intermediate's quantization sees the same values.
 
@@ -22,6 +25,7 @@ from moetune.kernel.quant import (
     dequantize_weights,
     per_tensor_quant_fp8,
     per_token_group_quant_fp8_reference,
+    per_token_quant_reference,
 )
 
 if TYPE_CHECKING:
@@ -29,9 +33,12 @@ if TYPE_CHECKING:
 
 
 def _fake_quant_activation(x: torch.Tensor, quant: MoEQuant | None) -> torch.Tensor:
-    """x as the GEMM sees it, in fp32: quantized and dequantized again for fp8 w8a8."""
-    if quant is None or quant.dtype != "fp8_w8a8":
+    """x as the GEMM sees it, in fp32: quantized and dequantized again for w8a8."""
+    if quant is None or quant.dtype not in ("fp8_w8a8", "int8_w8a8"):
         return x.float()
+    if quant.per_channel:
+        q, scale = per_token_quant_reference(x, quant.dtype)
+        return q.float() * scale
     if quant.block_shape is None:
         q, scale = per_tensor_quant_fp8(x)
         return q.float() * scale
@@ -41,12 +48,20 @@ def _fake_quant_activation(x: torch.Tensor, quant: MoEQuant | None) -> torch.Ten
 
 
 def _expert_weight(
-    w: torch.Tensor, scale: torch.Tensor | None, expert: int, quant: MoEQuant | None
+    w: torch.Tensor,
+    scale: torch.Tensor | None,
+    expert: int,
+    quant: MoEQuant | None,
+    zero_points: torch.Tensor | None = None,
 ):
     if quant is None:
         return w[expert].float()
     return dequantize_weights(
-        w[expert : expert + 1], scale[expert : expert + 1], quant.block_shape
+        w[expert : expert + 1],
+        scale[expert : expert + 1],
+        quant.block_shape,
+        group_size=quant.group_size,
+        zero_points=None if zero_points is None else zero_points[expert : expert + 1],
     )[0]
 
 
@@ -67,7 +82,7 @@ def naive_fused_experts(
     import torch
 
     num_tokens, top_k = topk_ids.shape
-    num_experts, two_n, _ = w1.shape
+    num_experts, two_n, _ = w1.shape  # int4: w1 is packed along K, 2N is unchanged
     n = two_n // 2
     x_used = _fake_quant_activation(x, quant)
     inter = torch.zeros(num_tokens, top_k, n, dtype=torch.float32, device=x.device)
@@ -75,10 +90,14 @@ def naive_fused_experts(
     experts = topk_ids[local].unique().tolist()
     w1_scale = quant.w1_scale if quant is not None else None
     w2_scale = quant.w2_scale if quant is not None else None
+    w1_zp = quant.w1_zp if quant is not None else None
+    w2_zp = quant.w2_zp if quant is not None else None
     for expert in experts:
         tokens, slots = torch.nonzero(topk_ids == expert, as_tuple=True)
         gate_up = (
-            (x_used[tokens] @ _expert_weight(w1, w1_scale, expert, quant).T).to(x.dtype).float()
+            (x_used[tokens] @ _expert_weight(w1, w1_scale, expert, quant, w1_zp).T)
+            .to(x.dtype)
+            .float()
         )
         act = torch.nn.functional.silu(gate_up[:, :n]) * gate_up[:, n:]
         inter[tokens, slots] = act.to(x.dtype).float()
@@ -88,7 +107,7 @@ def naive_fused_experts(
     out = torch.zeros(num_tokens, x.shape[1], dtype=torch.float32, device=x.device)
     for expert in experts:
         tokens, slots = torch.nonzero(topk_ids == expert, as_tuple=True)
-        down = inter_used[tokens, slots] @ _expert_weight(w2, w2_scale, expert, quant).T
+        down = inter_used[tokens, slots] @ _expert_weight(w2, w2_scale, expert, quant, w2_zp).T
         out.index_add_(0, tokens, down * topk_weights[tokens, slots, None].float())
     return out
 

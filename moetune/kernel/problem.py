@@ -12,13 +12,20 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from moetune.dtypes import (
+    ALWAYS_PER_CHANNEL_DTYPES,
+    DEFAULT_INT4_GROUP_SIZE,
+    GROUP_QUANT_DTYPES,
+    KERNEL_DTYPES,
+    QUANT_DTYPES,
+)
 from moetune.errors import MoetuneError
-from moetune.kernel.quant import QUANT_DTYPES, MoEQuant, quantize_weights
+from moetune.kernel.quant import MoEQuant, check_quant_args, quantize_weights
 
 if TYPE_CHECKING:
     import torch
 
-DTYPES = ("bf16", "fp16") + QUANT_DTYPES
+DTYPES = KERNEL_DTYPES
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,11 @@ def activation_dtype(dtype: str):
     return torch.float16 if dtype == "fp16" else torch.bfloat16
 
 
-def _random_weights(shape, std: float, dtype: str, block_shape, generator, device):
-    """Expert weights ``[E, rows, cols]``, made and quantized one expert at a time to bound memory."""
+def _random_weights(shape, std: float, dtype: str, block_shape, generator, device, **quant):
+    """Expert weights ``[E, rows, cols]``, made and quantized one expert at a time to bound memory.
+
+    Returns ``(weights, scales or None, zero points or None)``.
+    """
     import torch
 
     num_experts, rows, cols = shape
@@ -49,14 +59,26 @@ def _random_weights(shape, std: float, dtype: str, block_shape, generator, devic
         w = torch.empty(shape, dtype=activation_dtype(dtype), device=device)
         for expert in range(num_experts):
             w[expert] = torch.randn(rows, cols, generator=generator, device=device) * std
-        return w, None
-    parts, scales = [], []
+        return w, None, None
+    parts, scales, zeros = [], [], []
     for _ in range(num_experts):
         dense = torch.randn(1, rows, cols, generator=generator, device=device) * std
-        quantized, scale = quantize_weights(dense, dtype, block_shape)
+        if quant.get("zero_point"):
+            from moetune.kernel.quant_wna16 import quantize_int4
+
+            quantized, scale, zero = quantize_int4(dense, quant["group_size"], zero_point=True)
+            zeros.append(zero)
+        else:
+            quantized, scale = quantize_weights(
+                dense,
+                dtype,
+                block_shape,
+                per_channel=quant["per_channel"],
+                group_size=quant["group_size"],
+            )
         parts.append(quantized)
         scales.append(scale)
-    return torch.cat(parts), torch.cat(scales)
+    return torch.cat(parts), torch.cat(scales), torch.cat(zeros) if zeros else None
 
 
 def make_problem(
@@ -69,11 +91,17 @@ def make_problem(
     block_shape: tuple[int, int] | None = None,
     device: str = "cuda",
     seed: int = 0,
+    *,
+    per_channel: bool = False,
+    group_size: int | None = None,
+    zero_point: bool = False,
 ) -> MoEProblem:
     """Random inputs for M tokens, E experts, intermediate size N (per rank), hidden size K.
 
     `dtype` is the engines' string: "bf16", "fp16", "fp8_w8a8" (with `block_shape`
-    for block quantization) or "int8_w8a16"; quantized problems take bf16 x.
+    for block quantization, or `per_channel`), "int8_w8a8" (always per channel),
+    "int8_w8a16" or "int4_w4a16" (`group_size`, default 128; `zero_point` for
+    AWQ-style zero points); quantized problems take bf16 x.
     """
     import torch
 
@@ -83,19 +111,35 @@ def make_problem(
         raise MoetuneError(f"top_k must be between 1 and E={E}, got {top_k}")
     if block_shape is not None and dtype != "fp8_w8a8":
         raise MoetuneError(f"block_shape applies to fp8_w8a8 only, not {dtype}")
+    if dtype in ALWAYS_PER_CHANNEL_DTYPES:
+        per_channel = True
+    if dtype in GROUP_QUANT_DTYPES and group_size is None:
+        group_size = DEFAULT_INT4_GROUP_SIZE
+    if zero_point and dtype not in GROUP_QUANT_DTYPES:
+        raise MoetuneError(f"zero points apply to int4_w4a16 only, not {dtype}")
+    if dtype in QUANT_DTYPES:
+        check_quant_args(dtype, block_shape, per_channel, group_size)
+    quant_args = dict(per_channel=per_channel, group_size=group_size, zero_point=zero_point)
     generator = torch.Generator(device=device).manual_seed(seed)
     act = activation_dtype(dtype)
     x = torch.randn(M, K, generator=generator, device=device).to(act)
     logits = torch.randn(M, E, generator=generator, device=device).to(act)
-    w1, w1_scale = _random_weights(
-        (E, 2 * N, K), 1 / math.sqrt(K), dtype, block_shape, generator, device
+    w1, w1_scale, w1_zp = _random_weights(
+        (E, 2 * N, K), 1 / math.sqrt(K), dtype, block_shape, generator, device, **quant_args
     )
-    w2, w2_scale = _random_weights(
-        (E, K, N), 1 / math.sqrt(N), dtype, block_shape, generator, device
+    w2, w2_scale, w2_zp = _random_weights(
+        (E, K, N), 1 / math.sqrt(N), dtype, block_shape, generator, device, **quant_args
     )
     quant = None
     if dtype in QUANT_DTYPES:
         quant = MoEQuant(
-            dtype, w1_scale, w2_scale, None if block_shape is None else tuple(block_shape)
+            dtype,
+            w1_scale,
+            w2_scale,
+            None if block_shape is None else tuple(block_shape),
+            per_channel=per_channel,
+            group_size=group_size,
+            w1_zp=w1_zp,
+            w2_zp=w2_zp,
         )
     return MoEProblem(x=x, w1=w1, w2=w2, router_logits=logits, top_k=top_k, quant=quant)

@@ -6,14 +6,20 @@ Weights (`quantize_weights`, done once, plain PyTorch):
 |---|---|---|---|
 | ``fp8_w8a8`` | None | fp8 e4m3 ``[E, out, in]`` | ``[E]``: one per expert (per tensor) |
 | ``fp8_w8a8`` | ``(bn, bk)`` | fp8 e4m3 ``[E, out, in]`` | ``[E, cdiv(out, bn), cdiv(in, bk)]`` |
+| ``fp8_w8a8`` per channel | None | fp8 e4m3 ``[E, out, in]`` | ``[E, out]``: one per output channel |
+| ``int8_w8a8`` (per channel) | None | int8 ``[E, out, in]`` | ``[E, out]``: one per output channel |
 | ``int8_w8a16`` | None | int8 ``[E, out, in]`` | ``[E, out]``: one per output channel |
+| ``int4_w4a16`` | group size | packed uint8 ``[E, out, in/2]`` | bf16 ``[E, out, in/group]`` (`moetune.kernel.quant_wna16`) |
 
-Activations (fp8 w8a8 only; dynamic, computed from the data on every call, as vLLM
+Activations (w8a8 only; dynamic, computed from the data on every call, as vLLM
 does when a checkpoint carries no static input scale):
 
 - per tensor: ``scale = max|x| / 448``, ``q = fp8(x / scale)``; scale ``[1]``.
 - per token group (block quantization): each row is cut into groups of ``bk``
   columns, each group gets ``scale = max|group| / 448``; scales ``[rows, cdiv(cols, bk)]``.
+- per token (per-channel fp8, int8 w8a8): each row gets ``scale = max|row| / qmax``
+  (448 for fp8, 127 for int8); int8 rounds half away from zero, as the engines'
+  ``round`` does; scales ``[rows, 1]``.
 
 Per-tensor quantization is plain PyTorch (a reduction and a cast). Per-token-group
 has a plain-PyTorch definition (``per_token_group_quant_fp8_reference``, used by
@@ -29,6 +35,12 @@ from typing import TYPE_CHECKING
 import triton
 import triton.language as tl
 
+from moetune.dtypes import (
+    ALWAYS_PER_CHANNEL_DTYPES,
+    GROUP_QUANT_DTYPES,
+    PER_CHANNEL_DTYPES,
+    QUANT_DTYPES,
+)
 from moetune.errors import MoetuneError
 from moetune.kernel.fused_moe_kernel import interpreting
 
@@ -38,7 +50,6 @@ if TYPE_CHECKING:
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 INT8_MAX = 127.0
 AMAX_EPS = 1e-10
-QUANT_DTYPES = ("fp8_w8a8", "int8_w8a16")
 GROUPS_PER_PROGRAM = 8  # quantization groups one program of the per-token-group kernel handles
 
 
@@ -48,45 +59,108 @@ class MoEQuant:
 
     ``w1_scale``/``w2_scale`` have the shapes in the module docstring for w1 ``[E, 2N, K]``
     and w2 ``[E, K, N]``. ``block_shape`` is ``(block_n, block_k)`` for block-quantized fp8.
+    ``per_channel``: per-output-channel weight scales with dynamic per-token activation
+    scales (fp8 w8a8; always so for int8 w8a8). ``group_size`` (int4 w4a16): input
+    columns per weight scale, the engines' ``block_shape=[0, group_size]``;
+    ``w1_zp``/``w2_zp`` its optional packed zero points.
     """
 
     dtype: str
     w1_scale: torch.Tensor
     w2_scale: torch.Tensor
     block_shape: tuple[int, int] | None = None
+    per_channel: bool = False
+    group_size: int | None = None
+    w1_zp: torch.Tensor | None = None
+    w2_zp: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        if self.dtype not in QUANT_DTYPES:
-            raise MoetuneError(
-                f"unknown quantization {self.dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
-            )
-        if self.block_shape is not None and self.dtype != "fp8_w8a8":
-            raise MoetuneError(
-                f"block-quantized weights are implemented for fp8_w8a8 only, not {self.dtype}"
-            )
+        check_quant_args(self.dtype, self.block_shape, self.per_channel, self.group_size)
+        if (self.w1_zp is None) != (self.w2_zp is None):
+            raise MoetuneError("zero points must be given for both w1 and w2, or neither")
+        if self.w1_zp is not None and self.dtype not in GROUP_QUANT_DTYPES:
+            raise MoetuneError(f"zero points apply to int4_w4a16 only, not {self.dtype}")
         if self.block_shape is not None:
             object.__setattr__(self, "block_shape", tuple(self.block_shape))
 
+    @property
+    def has_zp(self) -> bool:
+        return self.w1_zp is not None
 
-def quantize_weights(
-    w: torch.Tensor, dtype: str, block_shape: tuple[int, int] | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize expert weights ``[E, out, in]``; returns ``(quantized, fp32 scales)``."""
-    import torch
+    @property
+    def pack_factor(self) -> int:
+        """Weight elements per stored element along the input dimension (2 for int4)."""
+        return 2 if self.dtype == "int4_w4a16" else 1
 
+
+def check_quant_args(
+    dtype: str,
+    block_shape: tuple[int, int] | None = None,
+    per_channel: bool = False,
+    group_size: int | None = None,
+) -> None:
+    """Raise `MoetuneError` unless the quantization options fit `dtype`."""
     if dtype not in QUANT_DTYPES:
         raise MoetuneError(
             f"unknown quantization {dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
         )
+    if block_shape is not None and dtype != "fp8_w8a8":
+        raise MoetuneError(
+            f"block-quantized weights are implemented for fp8_w8a8 only, not {dtype}"
+        )
+    if per_channel and dtype not in PER_CHANNEL_DTYPES:
+        raise MoetuneError(
+            f"per-channel quantization applies to {', '.join(PER_CHANNEL_DTYPES)}, not {dtype}"
+        )
+    if per_channel and block_shape is not None:
+        raise MoetuneError("fp8 weights are either block-quantized or per-channel, not both")
+    if dtype in ALWAYS_PER_CHANNEL_DTYPES and not per_channel:
+        raise MoetuneError(f"{dtype} is implemented per channel only (per_channel=True)")
+    if (group_size is not None) != (dtype in GROUP_QUANT_DTYPES):
+        raise MoetuneError(
+            f"a group size goes with {', '.join(GROUP_QUANT_DTYPES)} (and is required there); "
+            f"got dtype {dtype} with group size {group_size}"
+        )
+    if group_size is not None and (
+        isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2
+    ):
+        raise MoetuneError(f"group size must be an integer >= 2, got {group_size!r}")
+
+
+def quantize_weights(
+    w: torch.Tensor,
+    dtype: str,
+    block_shape: tuple[int, int] | None = None,
+    *,
+    per_channel: bool = False,
+    group_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize expert weights ``[E, out, in]``; returns ``(quantized, scales)``.
+
+    Scales are fp32, except int4's (bf16, as the engines store them; symmetric,
+    no zero points: `moetune.kernel.quant_wna16.quantize_int4` makes those).
+    """
+    import torch
+
+    if dtype == "int8_w8a16" and block_shape is not None:
+        raise MoetuneError(
+            "int8_w8a16 with block (group) scales is not implemented; use per-channel"
+        )
+    check_quant_args(dtype, block_shape, per_channel, group_size)
+    if dtype == "int4_w4a16":
+        from moetune.kernel.quant_wna16 import quantize_int4
+
+        qweight, scale, _ = quantize_int4(w, group_size)
+        return qweight, scale
     w = w.float()
     num_experts, rows, cols = w.shape
-    if dtype == "int8_w8a16":
-        if block_shape is not None:
-            raise MoetuneError(
-                "int8_w8a16 with block (group) scales is not implemented; use per-channel"
-            )
+    if dtype in ("int8_w8a16", "int8_w8a8"):
         scale = w.abs().amax(dim=2).clamp(min=AMAX_EPS) / INT8_MAX
         quantized = torch.round(w / scale[:, :, None]).clamp(-INT8_MAX - 1, INT8_MAX).to(torch.int8)
+        return quantized, scale
+    if per_channel:
+        scale = w.abs().amax(dim=2).clamp(min=AMAX_EPS) / FP8_MAX
+        quantized = (w / scale[:, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
         return quantized, scale
     if block_shape is None:
         scale = w.abs().amax(dim=(1, 2)).clamp(min=AMAX_EPS) / FP8_MAX
@@ -110,9 +184,21 @@ def quantize_weights(
 
 
 def dequantize_weights(
-    quantized: torch.Tensor, scale: torch.Tensor, block_shape: tuple[int, int] | None = None
+    quantized: torch.Tensor,
+    scale: torch.Tensor,
+    block_shape: tuple[int, int] | None = None,
+    *,
+    group_size: int | None = None,
+    zero_points: torch.Tensor | None = None,
 ):
-    """fp32 weights ``[E, out, in]`` from `quantize_weights`'s output (any of its layouts)."""
+    """fp32 weights ``[E, out, in]`` from `quantize_weights`'s output (any of its layouts).
+
+    int4 (packed uint8) needs `group_size` and, if it has them, `zero_points`.
+    """
+    if group_size is not None:
+        from moetune.kernel.quant_wna16 import dequantize_int4
+
+        return dequantize_int4(quantized, scale, group_size, zero_points)
     w = quantized.float()
     if block_shape is not None:
         bn, bk = block_shape
@@ -232,5 +318,94 @@ def per_token_group_quant_fp8(
         FP8_MAX_VALUE=FP8_MAX,
         EPS=AMAX_EPS,
         EMULATE_FP8_ROUNDING=interpreting(),
+    )
+    return quantized, scale
+
+
+def per_token_quant_reference(x: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition of dynamic per-token quantization (``"fp8_w8a8"`` or ``"int8_w8a8"``).
+
+    Returns ``(quantized [rows, cols], fp32 scales [rows, 1])``, plain PyTorch (for checks).
+    """
+    import torch
+
+    qmax = INT8_MAX if dtype == "int8_w8a8" else FP8_MAX
+    xf = x.float()
+    scale = xf.abs().amax(dim=1, keepdim=True).clamp(min=AMAX_EPS) / qmax
+    q = xf / scale
+    if dtype == "int8_w8a8":
+        q = (torch.sign(q) * torch.floor(q.abs() + 0.5)).clamp(-qmax - 1, qmax)
+        return q.to(torch.int8), scale
+    return q.clamp(-qmax, qmax).to(torch.float8_e4m3fn), scale
+
+
+@triton.jit
+def _per_token_quant_kernel(
+    x_ptr,
+    q_ptr,
+    scale_ptr,
+    cols,
+    stride_xm,
+    stride_qm,
+    QMAX: tl.constexpr,
+    TO_INT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    EPS: tl.constexpr,
+    EMULATE_FP8_ROUNDING: tl.constexpr,
+):
+    # One program per row: a pass for max|x|, a pass to quantize.
+    row = tl.program_id(axis=0).to(tl.int64)
+    x_row = x_ptr + row * stride_xm
+    amax = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + offs, mask=offs < cols, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(x))
+    scale = tl.maximum(tl.max(amax, axis=0), EPS) / QMAX
+    for start in range(0, cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + offs, mask=offs < cols, other=0.0).to(tl.float32)
+        q = x / scale
+        if TO_INT:
+            # Round half away from zero (the engines' libdevice round); the cast truncates.
+            q = tl.where(q >= 0, tl.floor(q + 0.5), tl.ceil(q - 0.5))
+            q = tl.clamp(q, -QMAX - 1.0, QMAX)
+        else:
+            q = tl.clamp(q, -QMAX, QMAX)
+            if EMULATE_FP8_ROUNDING:
+                q = _round_to_fp8_grid(q)
+        tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=offs < cols)
+    tl.store(scale_ptr + row, scale)
+
+
+def per_token_quant(x: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic per-token quantization of ``x [rows, cols]`` for ``"fp8_w8a8"`` or ``"int8_w8a8"``.
+
+    Returns ``(fp8/int8 [rows, cols], fp32 scales [rows, 1])``; one Triton launch, no host sync.
+    """
+    import torch
+
+    assert x.dim() == 2 and x.stride(1) == 1, "x must be 2-D with contiguous rows"
+    assert dtype in PER_CHANNEL_DTYPES, f"per-token quantization is for {PER_CHANNEL_DTYPES}"
+    rows, cols = x.shape
+    to_int = dtype == "int8_w8a8"
+    quantized = torch.empty(
+        rows, cols, dtype=torch.int8 if to_int else torch.float8_e4m3fn, device=x.device
+    )
+    scale = torch.empty(rows, 1, dtype=torch.float32, device=x.device)
+    if rows == 0:
+        return quantized, scale
+    _per_token_quant_kernel[(rows,)](
+        x,
+        quantized,
+        scale,
+        cols,
+        x.stride(0),
+        quantized.stride(0),
+        QMAX=INT8_MAX if to_int else FP8_MAX,
+        TO_INT=to_int,
+        BLOCK=min(triton.next_power_of_2(cols), 1024),
+        EPS=AMAX_EPS,
+        EMULATE_FP8_ROUNDING=interpreting() and not to_int,
     )
     return quantized, scale

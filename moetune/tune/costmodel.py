@@ -25,7 +25,15 @@ from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate, DeviceLimits
 
 HBM_BYTES_PER_S = 4.0e12
-DENSE_FLOPS_PER_S = {"bf16": 750e12, "fp16": 750e12, "fp8_w8a8": 1500e12, "int8_w8a16": 750e12}
+# int8 w8a8 runs int8 tensor-core dots (Hopper: the fp8 rate); int4 w4a16 dequantizes to bf16.
+DENSE_FLOPS_PER_S = {
+    "bf16": 750e12,
+    "fp16": 750e12,
+    "fp8_w8a8": 1500e12,
+    "int8_w8a16": 750e12,
+    "int8_w8a8": 1500e12,
+    "int4_w4a16": 750e12,
+}
 MEMORY_LATENCY_S = 1.0e-6
 MAX_WARPS_PER_SM = 64
 REGISTERS_PER_SM = 65_536

@@ -44,6 +44,18 @@ def _engine_dtype(problem: TuneProblem) -> str | None:
     return None if problem.dtype in ("bf16", "fp16") else problem.dtype
 
 
+def skipped_engines(problem: TuneProblem) -> dict[str, str]:
+    """Engines that get no file for `problem`, each with the one-line reason (from the
+    quantization rules: vLLM looks int8_w8a8 up under the unquantized file name)."""
+    from moetune.extract.quant import engine_write_refusal
+
+    reasons = {
+        engine: engine_write_refusal(engine, problem.dtype, per_channel=problem.per_channel)
+        for engine in ENGINES
+    }
+    return {engine: why for engine, why in reasons.items() if why}
+
+
 def _batch_entries(results: dict[int, Candidate]) -> dict[str, dict[str, int]]:
     if not results:
         raise TuneError("no tuned batch sizes to write")
@@ -80,7 +92,7 @@ def engine_file_path(
         folder = Path(save_dir) / sglang_config_folder(triton_version)
         N = engine_file_n("sglang", N, dtype)
         name = sglang_down_config_filename if down else sglang_config_filename
-        return folder / name(E, N, device_name, dtype, block)
+        return folder / name(E, N, device_name, dtype, block, per_channel_quant=problem.per_channel)
     if engine == "vllm":
         raise TuneError("vLLM reads no separate down-GEMM table")
     raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")

@@ -279,6 +279,11 @@ class _Bench:
             quant_dtype=quant.dtype if quant is not None else None,
             block_shape=quant.block_shape if quant is not None else None,
         )
+        from moetune.kernel.fused_moe import weight_launch_args
+
+        # per_channel, or int4's zero points and group size: the launcher's other keywords
+        zp = None if quant is None else quant.w1_zp if self.kind == "up" else quant.w2_zp
+        self.common.update(weight_launch_args(quant, zp))
         if self.kind == "up":
             self.a, self.a_scale = _quantize(x, quant)
             self.c = torch.empty(slots, 2 * p.intermediate_size, dtype=x.dtype, device=x.device)
@@ -312,8 +317,9 @@ class _Bench:
         return self._launch_gemm(slot)
 
     def _launch_gemm(self, slot: dict[str, Any]) -> Any:
-        from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
+        from moetune.kernel.fused_moe import gemm_launcher
 
+        invoke_fused_moe_gemm = gemm_launcher(self.data.quant)  # int4 w4a16: its own kernel
         probe = self.item
         up = self.kind == "up"
         extra = {}

@@ -2,7 +2,8 @@
 
 `TuneProblem` carries exactly what the kernel's speed depends on besides the
 batch size: E experts on this rank, w1 ``[E, 2N, K]``, w2 ``[E, K, N]``, top-k,
-the kernel dtype and the fp8 weight block shape. Its `key()` names the problem
+the kernel dtype and its quantization details (fp8 weight block shape, per-channel
+scales, int4 group size and zero points). Its `key()` names the problem
 in the results store, so a store never mixes measurements of different shapes
 (the engines' file names leave K and top-k out; the key does not).
 """
@@ -12,7 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moetune.dtypes import TUNE_BLOCK_DTYPES
+from moetune.dtypes import (
+    ALWAYS_PER_CHANNEL_DTYPES,
+    GROUP_QUANT_DTYPES,
+    PER_CHANNEL_DTYPES,
+    TUNE_BLOCK_DTYPES,
+)
 from moetune.dtypes import TUNE_DTYPES as _TUNE_DTYPES
 from moetune.errors import TuneError
 
@@ -31,7 +37,10 @@ class TuneProblem:
 
     `intermediate_size` is N, the engines' file-name N (per rank, after
     SiLU-and-mul); `hidden_size` is K, the width the routed experts see.
-    `block_shape` is ``(block_n, block_k)`` of block-quantized fp8 weights.
+    `block_shape` is ``(block_n, block_k)`` of block-quantized fp8 weights;
+    `per_channel`: per-output-channel weight scales and per-token activation scales
+    (fp8 w8a8; always so for int8 w8a8); `group_size` and `has_zp`: int4 w4a16's
+    K-group size (the engines' ``block_shape=[0, group_size]``) and zero points.
     """
 
     num_experts: int
@@ -44,6 +53,9 @@ class TuneProblem:
     # random routing: its path and content digest (the digest names it in `key()`).
     routing: str | None = None
     routing_digest: str | None = None
+    per_channel: bool = False
+    group_size: int | None = None
+    has_zp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "intermediate_size", "hidden_size", "top_k"):
@@ -69,6 +81,44 @@ class TuneProblem:
                     f"block_shape must be two positive integers [block_n, block_k], got {self.block_shape!r}"
                 )
             object.__setattr__(self, "block_shape", block)
+        self._check_quant_details()
+
+    def _check_quant_details(self) -> None:
+        if self.per_channel and self.dtype not in PER_CHANNEL_DTYPES:
+            raise TuneError(
+                f"per-channel quantization applies to {', '.join(PER_CHANNEL_DTYPES)}, "
+                f"not {self.dtype}"
+            )
+        if self.per_channel and self.block_shape is not None:
+            raise TuneError("fp8 weights are either block-quantized or per-channel, not both")
+        if self.dtype in ALWAYS_PER_CHANNEL_DTYPES and not self.per_channel:
+            raise TuneError(f"{self.dtype} is tuned per channel only (per_channel=True)")
+        if self.dtype in GROUP_QUANT_DTYPES:
+            size = self.group_size
+            if isinstance(size, bool) or not isinstance(size, int) or size < 2 or size % 2:
+                raise TuneError(
+                    f"{self.dtype} needs an even group size >= 2, got {self.group_size!r}"
+                )
+            if self.hidden_size % 2 or self.intermediate_size % 2:
+                raise TuneError(f"{self.dtype} packs two weights per byte: K and N must be even")
+        elif self.group_size is not None or self.has_zp:
+            raise TuneError(
+                f"a group size and zero points go with {', '.join(GROUP_QUANT_DTYPES)}, "
+                f"not {self.dtype}"
+            )
+
+    @property
+    def engine_block_shape(self) -> tuple[int, int] | None:
+        """The engines' ``block_shape``: ``(block_n, block_k)`` block fp8, ``(0, group_size)`` int4."""
+        if self.group_size is not None:
+            return (0, self.group_size)
+        return self.block_shape
+
+    def kernel_options(self) -> dict:
+        """The quantization keywords of `moetune.kernel.problem.make_problem` for this problem."""
+        return dict(
+            per_channel=self.per_channel, group_size=self.group_size, zero_point=self.has_zp
+        )
 
     @classmethod
     def from_sharded(
@@ -76,6 +126,10 @@ class TuneProblem:
         sharded: ShardedShape,
         dtype: str,
         block_shape: tuple[int, int] | list[int] | None = None,
+        *,
+        per_channel: bool = False,
+        group_size: int | None = None,
+        has_zp: bool = False,
     ) -> TuneProblem:
         """The problem of one rank of an extracted, sharded model."""
         return cls(
@@ -85,6 +139,9 @@ class TuneProblem:
             top_k=sharded.top_k,
             dtype=dtype,
             block_shape=tuple(block_shape) if block_shape else None,
+            per_channel=per_channel,
+            group_size=group_size,
+            has_zp=has_zp,
         )
 
     @property
@@ -100,6 +157,10 @@ class TuneProblem:
         )
         if self.block_shape is not None:
             key += f",block_shape=[{self.block_shape[0]},{self.block_shape[1]}]"
+        if self.per_channel:
+            key += ",per_channel"
+        if self.group_size is not None:
+            key += f",group_size={self.group_size}" + (",zp" if self.has_zp else "")
         if self.routing_digest is not None:
             key += f",routing={self.routing_digest}"
         return key

@@ -381,7 +381,7 @@ def run_tune(
                 problem.hidden_size,
                 problem.top_k,
                 problem.dtype,
-                problem.block_shape,
+                problem.engine_block_shape,
             )
             floor_us = 1e6 * summary.ceilings.floor_seconds(roof, problem.dtype)
             if pick.latency_us < floor_us:

@@ -311,6 +311,44 @@ def rule_block_quant(candidates: list[Candidate], ctx: PruneContext) -> list[Can
     return [c for c in candidates if block_k % c.BLOCK_SIZE_K == 0]
 
 
+def rule_eight_bit_dot(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """fp8 and int8 w8a8: BLOCK_SIZE_K of at least 32.
+
+    Safety: Hopper's 8-bit tensor-core dot reduces over 32 elements and Triton
+    refuses a narrower one (`moetune.kernel.fused_moe_kernel.check_config` refuses
+    it on every machine), so such a candidate cannot run. The default grid has none.
+    """
+    if ctx.problem.dtype not in ("fp8_w8a8", "int8_w8a8"):
+        return candidates
+    return [c for c in candidates if c.BLOCK_SIZE_K >= 32]
+
+
+def rule_wna16_blocks(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """int4 w4a16: BLOCK_SIZE_K a multiple of the group size and a divisor of K and N.
+
+    Safety: vLLM hands a tuned config's BLOCK_SIZE_N/K unchanged to its
+    ``moe_wna16`` CUDA kernel whenever it picks that kernel (CUDA, group size 32,
+    64 or 128, at most 6 token slots per expert: the small batch sizes), and that
+    kernel needs ``BLOCK_SIZE_K % group_size == 0`` and ``size_k % BLOCK_SIZE_K ==
+    0``; its Triton kernel (``fused_moe_kernel_gptq_awq``) loads the packed weight
+    tile without a K mask, so a partial last K tile reads past the row. vLLM's own
+    WNA16 tuner (``benchmarks/kernels/tune_moe_wna16_triton.py``) keeps exactly the
+    candidates with ``BLOCK_SIZE_K % group_size == 0`` and BLOCK_SIZE_K dividing
+    both K (hidden size) and N (intermediate size); anything else may compute
+    wrong numbers or fault in vLLM, so it is never written.
+    """
+    problem = ctx.problem
+    if problem.group_size is None:
+        return candidates
+    return [
+        c
+        for c in candidates
+        if c.BLOCK_SIZE_K % problem.group_size == 0
+        and problem.hidden_size % c.BLOCK_SIZE_K == 0
+        and problem.intermediate_size % c.BLOCK_SIZE_K == 0
+    ]
+
+
 def rule_shared_memory(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
     """Tiles whose pipelined buffers cannot fit the device's shared memory per block.
 
@@ -420,6 +458,8 @@ Rule = Callable[[list[Candidate], PruneContext], list[Candidate]]
 # (name, rule) in the order they run; the names are the keys of PruneReport.removed.
 PRUNE_RULES: tuple[tuple[str, Rule], ...] = (
     ("block_quant", rule_block_quant),
+    ("eight_bit_dot", rule_eight_bit_dot),
+    ("wna16_blocks", rule_wna16_blocks),
     ("shared_memory", rule_shared_memory),
     ("block_m_covers_experts", rule_block_m_covers_experts),
     ("block_n_covers_width", rule_block_n_covers_width),

@@ -19,7 +19,16 @@ from typing import Any
 # quantized paths carry the quantization of the activations (the reference
 # emulates it, but rounding at the boundaries differs). Errors of a wrong
 # config (a skipped tile, a wrong expert) are O(1), far above all of these.
-TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp8_w8a8": 6e-2, "int8_w8a16": 3e-2, "int8_w8a8": 6e-2}
+# int4 w4a16: the reference dequantizes exactly as the kernel does, leaving bf16 noise
+# (interpreter: <= 9e-3 on the test shapes), so the int8 w8a16 bound applies.
+TOLERANCE = {
+    "bf16": 2e-2,
+    "fp16": 1e-2,
+    "fp8_w8a8": 6e-2,
+    "int8_w8a16": 3e-2,
+    "int8_w8a8": 6e-2,
+    "int4_w4a16": 3e-2,
+}
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,7 @@ class _Inputs:
                 block_shape=problem.block_shape,
                 device="cuda" if torch.cuda.is_available() else "cpu",
                 seed=seed,
+                **problem.kernel_options(),
             )
             self.key = key
         return self.value

@@ -75,7 +75,7 @@ def test_per_tensor_quant_uses_the_whole_tensor_max():
 def test_moe_quant_refuses_unknown_or_unsupported_combinations():
     scale = torch.ones(1)
     with pytest.raises(MoetuneError, match="unknown quantization"):
-        MoEQuant("int4_w4a16", scale, scale)
+        MoEQuant("int2_w2a16", scale, scale)
     with pytest.raises(MoetuneError, match="fp8_w8a8 only"):
         MoEQuant("int8_w8a16", scale, scale, block_shape=(128, 128))
     with pytest.raises(MoetuneError, match="not implemented"):

@@ -1,0 +1,110 @@
+"""`moetune tune` for the quantized dtypes on the tiny bundled model (CPU, interpreter)."""
+
+import json
+
+from click.testing import CliRunner
+from test_cli_tune import QUANT, moetune, tune_args  # tests/ is on sys.path
+
+from moetune.cli import cli
+from moetune.tune.output import validate_tuned_config
+
+
+def dry_run(tmp_path, *extra):
+    return CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json", *extra))
+
+
+def test_int4_dry_run_shows_group_size_pruning_and_files(tmp_path):
+    result = dry_run(tmp_path, "--dtype", "int4_w4a16", "--group-size", "32")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=int4_w4a16,group_size=32"
+    # BLOCK_SIZE_K must be a multiple of 32 dividing K=64 and N=32: only the BK=32 candidate
+    assert plan["pruning"]["2"]["kept"] == 1
+    assert plan["pruning"]["2"]["removed"]["wna16_blocks"] == 2
+    names = [p.rsplit("/", 1)[-1] for p in plan["files"]]
+    # vLLM keys int4 on N, SGLang on w2's packed last dimension N // 2 (and a _down twin)
+    assert names[0] == "E=4,N=32,device_name=NVIDIA_H200,dtype=int4_w4a16.json"
+    assert "E=4,N=16,device_name=NVIDIA_H200,dtype=int4_w4a16.json" in names[1:]
+
+
+def test_int4_group_size_defaults_to_128_and_can_leave_nothing_to_tune(tmp_path):
+    result = moetune(tune_args(tmp_path, "--dry-run", "--dtype", "int4_w4a16"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: pruning left no candidate at batch size 2: widen the search space"
+    )
+
+
+def test_per_channel_fp8_and_int8_dry_runs(tmp_path):
+    plan = json.loads(dry_run(tmp_path, "--dtype", "fp8_w8a8", "--per-channel-quant").stdout)
+    assert plan["problem"].endswith("dtype=fp8_w8a8,per_channel")
+    assert plan["files"][1].endswith("dtype=fp8_w8a8,per_channel_quant=True.json")
+    result = dry_run(tmp_path, "--dtype", "int8_w8a8")
+    plan = json.loads(result.stdout)
+    assert plan["problem"].endswith("dtype=int8_w8a8,per_channel")
+    # SGLang's file (and its _down twin) only: no vLLM file
+    assert all("/configs/triton_" in path for path in plan["files"])
+    assert plan["files"][0].endswith("dtype=int8_w8a8,per_channel_quant=True.json")
+    assert "vLLM looks int8_w8a8 configs up" in result.stderr
+
+
+def test_quantization_options_that_do_not_fit_are_one_line_errors(tmp_path):
+    for extra, message in (
+        (("--dtype", "bf16", "--group-size", "64"), "--group-size applies to int4_w4a16"),
+        (("--dtype", "int4_w4a16", "--per-channel-quant"), "--per-channel-quant applies to"),
+        (("--dtype", "int8_w8a8", "--engine", "vllm"), "vLLM looks int8_w8a8 configs up"),
+    ):
+        result = moetune(tune_args(tmp_path, "--dry-run", *extra))
+        assert result.returncode == 1, (extra, result.stderr)
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("Error: ") and message in last, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_int4_tune_runs_and_writes_valid_files(tmp_path):
+    result = moetune(tune_args(tmp_path, "--dtype", "int4_w4a16", "--group-size", "32", "--json"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert [row["config"]["BLOCK_SIZE_K"] for row in summary["results"]] == [32, 32]
+    assert all(row["rel_rms"] is not None and row["rel_rms"] < 3e-2 for row in summary["results"])
+    triton = summary["plan"]["triton_version"].replace(".", "_")
+    validate_tuned_config(
+        tmp_path / "E=4,N=32,device_name=NVIDIA_H200,dtype=int4_w4a16.json", "vllm"
+    )
+    sglang = (
+        tmp_path
+        / f"configs/triton_{triton}"
+        / "E=4,N=16,device_name=NVIDIA_H200,dtype=int4_w4a16.json"
+    )
+    validate_tuned_config(sglang, "sglang")
+
+
+def test_int8_w8a8_tune_runs_and_writes_only_sglangs_file(tmp_path):
+    """Per-channel weights and per-token int8 activations through the whole tuner, the
+    SGLang split probes (up / down GEMMs alone) included."""
+    result = moetune(tune_args(tmp_path, "--dtype", "int8_w8a8", "--json"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert all(row["rel_rms"] is not None and row["rel_rms"] < 6e-2 for row in summary["results"])
+    assert all("/configs/triton_" in path for path in summary["files"])  # SGLang only
+    names = [path.rsplit("/", 1)[-1] for path in summary["files"]]
+    assert names and all(
+        name.startswith("E=4,N=32,device_name=NVIDIA_H200,dtype=int8_w8a8,per_channel_quant=True")
+        for name in names
+    )
+    assert not (tmp_path / "E=4,N=32,device_name=NVIDIA_H200.json").exists()
+
+
+def test_quantized_checkpoints_tune_as_they_are_quantized():
+    """--dtype auto: a GPTQ int4 checkpoint tunes int4 with its group size (symmetric: no
+    zero points); an FP8-dynamic one per-channel fp8."""
+    gptq = str(QUANT / "Qwen__Qwen3-30B-A3B-GPTQ-Int4.json")
+    result = CliRunner().invoke(cli, ["tune", "--model", gptq, "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["problem"] == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128"
+    scout = str(QUANT / "RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json")
+    result = CliRunner().invoke(cli, ["tune", "--model", scout, "--tp", "4", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["problem"] == "E=16,N=2048,K=5120,topk=1,dtype=fp8_w8a8,per_channel"
