@@ -7,28 +7,30 @@ from pathlib import Path
 
 import click
 
-from moetune.commands.options import default_compile_workers, model_options, problem_from_options
+from moetune.commands.options import ListParam, default_compile_workers, model_options
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
+from moetune.tune.results_dir import RESULTS_ROOT
 
 SEARCHES = ("fast", "exhaustive")
 ENGINE_CHOICES = ("vllm", "sglang", "both")
 
 
 @click.command("tune", epilog=FLOOR_HELP)
-@model_options
+@model_options(sweep=True)
 @click.option(
     "--batch-size",
     "batch_sizes",
-    type=click.IntRange(min=1),
+    type=ListParam(click.IntRange(min=1), "M", many=True),
     multiple=True,
-    help="Batch size M to tune (repeatable). Default: the engines' 18 (1 ... 4096).",
+    help="Batch sizes M to tune (comma-separated or repeated). "
+    "Default: the engines' 18 (1 ... 4096).",
 )
 @click.option(
     "--save-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Where the config files and the resumable results store go.",
+    default=None,
+    help="Where the config files and the resumable results store go. "
+    f"Default: ./{RESULTS_ROOT}/<model-slug>/ (a Hub id org/name becomes org__name).",
 )
 @click.option(
     "--engine",
@@ -87,8 +89,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
 @click.option("--overwrite", is_flag=True, help="Measure again what the results store already has.")
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
-    batch_sizes: tuple[int, ...],
-    save_dir: Path,
+    batch_sizes: tuple[tuple[int, ...], ...],
+    save_dir: Path | None,
     engine: str,
     search: str,
     space_file: str | None,
@@ -112,57 +114,91 @@ def tune(
     """
     from rich.console import Console
 
-    from moetune.tune.runner import TuneRequest, make_plan, plan_json, plan_lines
+    from moetune.commands.options import layouts_from_options, machine_from_options
+    from moetune.extract.layouts import resolve_layouts
+    from moetune.tune.results_dir import default_save_dir
     from moetune.tune.space import DEFAULT_BATCH_SIZES, default_space, load_space
+    from moetune.tune.sweep import (
+        plan_sweep,
+        run_sweep,
+        sweep_json,
+        sweep_lines,
+        sweep_summary_json,
+    )
 
     out = Console(stderr=json_, highlight=False)
     err = Console(stderr=True, highlight=False)
-    resolved = problem_from_options(model, dry_run=dry_run)
-    for note in resolved.notes:
-        err.print(f"Note: {note}")
-    devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
+    layouts = layouts_from_options(model)
+    machine = machine_from_options(model, dry_run=dry_run)
+    resolved = resolve_layouts(
+        str(model["model"]),
+        layouts,
+        revision=model.get("revision"),
+        mappings=model.get("mappings"),
+        replace_mappings=bool(model.get("replace_mappings")),
+    )
+    devices = machine.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
-    problem = resolved.problem
-    if routing != "uniform":
-        from moetune.tune.routing_dump import with_routing
-
-        problem = with_routing(problem, routing)
-    request = TuneRequest(
-        problem=problem,
-        batch_sizes=tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES),
+    sweep = plan_sweep(
+        str(model["model"]),
+        layouts,
+        resolved,
+        machine.limits,
+        is_sweep=len(layouts) > 1,
+        adapt=_routing_adapter(routing),
+        batch_sizes=tuple(sorted({m for ms in batch_sizes for m in ms}))
+        or tuple(DEFAULT_BATCH_SIZES),
         space=tuple(load_space(space_file) if space_file else default_space()),
-        save_dir=save_dir,
+        save_dir=(save_dir or default_save_dir(str(model["model"]))).absolute(),
         engines=("vllm", "sglang") if engine == "both" else (engine,),
         search=search,
-        device_name=resolved.device_name,
-        triton_version=resolved.triton_version,
+        device_name=machine.device_name,
+        triton_version=machine.triton_version,
         devices=devices,
         backend=backend,
         compile_workers=compile_workers,
         timeout_s=timeout_s,
         overwrite=overwrite,
-        source=resolved.source,
         space_source=space_file or "vLLM/SGLang default grid",
         up_tma=up_tma,
     )
-    plan = make_plan(request, resolved.limits)
-    for line in plan_lines(plan):
+    notes = [note for group in sweep.groups for note in group.notes] + machine.notes
+    for note in dict.fromkeys(notes):
+        err.print(f"Note: {note}", markup=False)
+    for line in sweep_lines(sweep):
         out.print(line, markup=False, soft_wrap=True)
     if dry_run:
         if json_:
-            click.echo(json.dumps(plan_json(plan), indent=2))
+            click.echo(json.dumps(sweep_json(sweep), indent=2))
         return
-    summary = _run_with_progress(plan, err)
+    count = len(sweep.plans)
+
+    def run_one(index, plan):  # noqa: ANN001, ANN202
+        label = f"shape {index + 1}/{count} " if sweep.is_sweep else ""
+        return _run_with_progress(plan, err, label)
+
+    result = run_sweep(sweep, run_one)
     if json_:
-        from moetune.tune.runner import summary_json
-
-        click.echo(json.dumps(summary_json(summary), indent=2))
+        click.echo(json.dumps(sweep_summary_json(result), indent=2))
         return
-    _print_summary(summary, out)
+    for group, summary in zip(sweep.groups, result.summaries, strict=False):
+        _print_summary(summary, out)
+        out.print(f"Serves: {', '.join(group.labels())}", markup=False)
+    if sweep.is_sweep:
+        _print_served(result, out)
 
 
-def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay lazy
+def _routing_adapter(routing: str):  # noqa: ANN202
+    """None for uniform routing; else the function giving each shape the dump to replay."""
+    if routing == "uniform":
+        return None
+    from moetune.tune.routing_dump import with_routing
+
+    return lambda problem: with_routing(problem, routing)
+
+
+def _run_with_progress(plan, console, label=""):  # noqa: ANN001, ANN202 - rich types stay lazy
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -189,7 +225,7 @@ def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("tuning", total=expected, status="")
+        task = progress.add_task(f"{label}tuning", total=expected, status="")
         counts = {"measured": 0, "stored": 0, "failed": 0}
 
         def on_measurement(m, reused):  # noqa: ANN001, ANN202
@@ -202,12 +238,13 @@ def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay
             progress.update(
                 task,
                 completed=done,
-                description=f"tuning M={m.batch_size}",
+                description=f"{label}tuning M={m.batch_size}",
                 status=f"{counts['stored']} from store, {counts['failed']} failed",
             )
 
         summary = run_tune(plan, progress=on_measurement)
-        progress.update(task, total=counts["measured"] + counts["stored"], description="tuned")
+        done = counts["measured"] + counts["stored"]
+        progress.update(task, total=done, description=f"{label}tuned")
     return summary
 
 
@@ -245,3 +282,14 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     console.print("Wrote:", markup=False)
     for path in summary.files:
         console.print(f"  {path}", markup=False)
+
+
+def _print_served(result, console) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    table = Table(title="Files written, and the layouts each one serves")
+    table.add_column("file", overflow="fold")
+    table.add_column("layouts")
+    for path, labels in result.served():
+        table.add_row(str(path), ", ".join(labels))
+    console.print(table)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moetune.errors import TuneError
+from moetune.tune.signals import children_ignore_interrupts, ignore_interrupts, signals_deferred
 
 FAULTS_ENV = "MOETUNE_TEST_FAULTS"
 MODES = ("quick", "full", "warm", "verify")
@@ -49,6 +50,9 @@ VERIFY_SEED = 1234
 # Exit code of a worker whose CUDA context is poisoned; the pool restarts it quietly.
 POISONED_EXIT = 75
 ERROR_CHARS = 500
+# A worker killed by SIGINT/SIGTERM: how long the parent waits for its own signal (see poll).
+STOP_EXIT_CODES = (-2, -15)
+STOP_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,7 @@ def enable_compile_only() -> bool:
 
 def worker_main(conn: Any, device: str | None, compile_only: bool = False) -> None:
     """Entry point of a worker process: measure the units the pool sends, until told to stop."""
+    ignore_interrupts()  # Ctrl-C is the parent's to handle (moetune.tune.signals)
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     if compile_only:
@@ -349,7 +354,8 @@ class _Worker:
             daemon=True,
             name=f"moetune-{self.role}",
         )
-        self.process.start()
+        with children_ignore_interrupts():
+            self.process.start()
         child.close()
         self.conn, self.measured, self.fresh = parent, 0, True
 
@@ -412,6 +418,10 @@ class _Worker:
             pass  # the process died mid-message; handled below
         if not self.process.is_alive():
             self.process.join()
+            if self.process.exitcode in STOP_EXIT_CODES:
+                # Most likely a signal to the whole process group: give this process's own
+                # copy a moment to arrive and stop the run, rather than record a crash.
+                time.sleep(STOP_GRACE_S)
             why = f"worker process died ({describe_exit(self.process.exitcode)})"
             if self.process.exitcode == POISONED_EXIT:
                 why = "worker restarted after a CUDA error"
@@ -494,8 +504,9 @@ class WorkerPool:
         self.close()
 
     def close(self) -> None:
-        for worker in self.timers + self.warmers:
-            worker.stop(kill=True)
+        with signals_deferred():  # a second Ctrl-C must not leave a worker behind
+            for worker in self.timers + self.warmers:
+                worker.stop(kill=True)
 
     def measure_ceilings(self) -> Any:
         """Memory bandwidth and matmul rate measured by the first timer (GPU only)."""
