@@ -360,7 +360,8 @@ def interrupted_line(
     if sweep.is_sweep and result is not None:
         done = f"{len(result.summaries)} of {len(sweep.plans)} shapes finished; "
     head = "Interrupted" if signum == signal.SIGINT else "Terminated"
+    noun = "measurement" if saved == 1 else "measurements"
     return (
-        f"{head}: {done}{saved} measurements saved in {sweep.store_path} "
+        f"{head}: {done}{saved} {noun} saved in {sweep.store_path} "
         f"({saved - before} from this run); rerun the same command to resume"
     )
