@@ -8,7 +8,7 @@ import pytest
 from moetune.errors import MoetuneError, TuneError
 from moetune.extract.layouts import Layout, expand_layouts, resolve_layouts
 from moetune.tune.results_dir import default_save_dir, model_slug
-from moetune.tune.space import DeviceLimits, default_space, load_space
+from moetune.tune.space import DEFAULT_BATCH_SIZES, DeviceLimits, default_space, load_space
 from moetune.tune.sweep import (
     FAST_SEARCH_SHARE,
     SECONDS_PER_SHAPE,
@@ -119,7 +119,7 @@ def test_estimate_counts_pruned_pairs_at_the_h200_rates(tmp_path):
         qwen,
         tmp_path,
         space=default_space(),
-        batch_sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096),
+        batch_sizes=tuple(DEFAULT_BATCH_SIZES),
     )
     (tune,) = plan.plans
     est = estimate(tune)
