@@ -50,7 +50,7 @@ class ListParam(click.ParamType):
         self.item, self.metavar, self.many = item, metavar, many
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return f"{self.metavar}[,{self.metavar}...]" if self.many else self.metavar
+        return f"{self.metavar}[,...]" if self.many else self.metavar
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, tuple) or (not isinstance(value, str) and not self.many):

@@ -107,10 +107,16 @@ def tune(
 ) -> None:
     """Tune the fused-MoE kernel for a model and write vLLM/SGLang config files.
 
+    Lists in --tp, --ep-size and --dtype sweep layouts: every combination is
+    sharded, layouts whose ranks run the same shape share one tune, and layouts
+    that cannot split are listed and skipped. Ctrl-C (or SIGTERM) stops the run
+    with one line saying what is saved; rerun the same command to resume.
+
     \b
     Example usage:
         moetune tune --model Qwen/Qwen3-30B-A3B --tp 1
         moetune tune --model mistralai/Mixtral-8x7B-v0.1 --tp 2 --batch-size 64 --dry-run
+        moetune tune --model Qwen/Qwen3-30B-A3B --tp 1,2,4 --dtype bf16,fp8_w8a8 --dry-run
     """
     from rich.console import Console
 
@@ -287,9 +293,10 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
 def _print_served(result, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
-    table = Table(title="Files written, and the layouts each one serves")
+    save_dir = result.sweep.plans[0].request.save_dir
+    table = Table(title=f"Files written in {save_dir}, and the layouts each one serves")
     table.add_column("file", overflow="fold")
     table.add_column("layouts")
     for path, labels in result.served():
-        table.add_row(str(path), ", ".join(labels))
+        table.add_row(str(path.relative_to(save_dir)), ", ".join(labels))
     console.print(table)
