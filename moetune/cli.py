@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 
 import click
@@ -111,7 +112,8 @@ def _ignore_stop_signals() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with moetune's exit codes (see the module docstring)."""
-    signal.signal(signal.SIGTERM, _raise_terminated)  # unwinds like Ctrl-C: cleanup runs
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)  # unwinds like Ctrl-C: cleanup runs
     try:
         cli.main(args=argv, prog_name="moetune", standalone_mode=False)
     except Interrupted as exc:  # a tune: its workers are gone, its results saved
