@@ -180,9 +180,9 @@ def tune(
         return
     count = len(sweep.plans)
 
-    def run_one(index, plan):  # noqa: ANN001, ANN202
+    def run_one(index, plan, backend):  # noqa: ANN001, ANN202
         label = f"shape {index + 1}/{count} " if sweep.is_sweep else ""
-        return _run_with_progress(plan, err, label)
+        return _run_with_progress(plan, err, label, backend)
 
     result = run_sweep(sweep, run_one)
     if json_:
@@ -204,7 +204,7 @@ def _routing_adapter(routing: str):  # noqa: ANN202
     return lambda problem: with_routing(problem, routing)
 
 
-def _run_with_progress(plan, console, label=""):  # noqa: ANN001, ANN202 - rich types stay lazy
+def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, ANN202 - rich types stay lazy
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -248,7 +248,7 @@ def _run_with_progress(plan, console, label=""):  # noqa: ANN001, ANN202 - rich 
                 status=f"{counts['stored']} from store, {counts['failed']} failed",
             )
 
-        summary = run_tune(plan, progress=on_measurement)
+        summary = run_tune(plan, progress=on_measurement, backend=backend)
         done = counts["measured"] + counts["stored"]
         progress.update(task, total=done, description=f"{label}tuned")
     return summary

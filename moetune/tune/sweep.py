@@ -37,11 +37,13 @@ from typing import Any
 
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
+from moetune.tune.measurer import Backend
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import (
     TunePlan,
     TuneRequest,
     TuneSummary,
+    make_backend,
     make_plan,
     plan_json,
     plan_lines,
@@ -332,17 +334,26 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def run_sweep(sweep: SweepPlan, run_one: Callable[[int, TunePlan], TuneSummary]) -> SweepSummary:
-    """Run every plan in order with `run_one(index, plan)`; Ctrl-C/SIGTERM -> `Interrupted`.
+def run_sweep(
+    sweep: SweepPlan,
+    run_one: Callable[[int, TunePlan, Backend], TuneSummary],
+    backend: Backend | None = None,
+) -> SweepSummary:
+    """Run every plan in order with `run_one(index, plan, backend)`; Ctrl-C/SIGTERM -> `Interrupted`.
 
-    By the time `Interrupted` is raised the workers are gone (`run_tune`'s
-    cleanup) and every measurement taken is in the store.
+    One backend (worker processes) serves every shape, so workers start once.
+    By the time `Interrupted` is raised the workers are gone and every
+    measurement taken is in the store.
     """
     result = SweepSummary(sweep)
     before = _count_lines(sweep.store_path)
     try:
-        for index, plan in enumerate(sweep.plans):
-            result.summaries.append(run_one(index, plan))
+        backend = backend or make_backend(sweep.plans[0].request)
+        try:
+            for index, plan in enumerate(sweep.plans):
+                result.summaries.append(run_one(index, plan, backend))
+        finally:
+            backend.close()
     except (KeyboardInterrupt, Terminated) as exc:
         for signum in (signal.SIGINT, signal.SIGTERM):  # on the way out: no second traceback
             signal.signal(signum, signal.SIG_IGN)
