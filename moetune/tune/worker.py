@@ -31,6 +31,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -305,12 +306,32 @@ def worker_main(conn: Any, device: str | None, compile_only: bool = False) -> No
 # ---------------------------------------------------------------------------
 
 
+def descendants(pid: int) -> list[int]:
+    """Pids of the processes below `pid`, read from /proc (empty where there is no /proc)."""
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+    parent: dict[int, int] = {}
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+            parent[entry] = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found: list[int] = []
+    level = {pid}
+    while level:
+        level = {child for child, ppid in parent.items() if ppid in level}
+        found.extend(sorted(level))
+    return found
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        import signal
-
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
@@ -369,7 +390,14 @@ class _Worker:
                 pass
             self.process.join(5)
         if self.process.is_alive():
+            # Its own children (Triton's ptxas) ignore SIGINT like it does: they go with it.
+            below = descendants(self.process.pid)
             self.process.kill()
+            for pid in below:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             self.process.join(5)
         self.conn.close()
         self.process, self.conn = None, None

@@ -52,3 +52,23 @@ def test_processes_started_inside_never_see_sigint_and_the_parent_still_does():
         child.kill()
         child.wait()
     assert not _blocked(os.getpid()) & (1 << (signal.SIGINT - 1))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_descendants_finds_grandchildren():
+    from moetune.tune.worker import descendants
+
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+        "print(p.pid, flush=True); time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(child.stdout.readline())
+        assert descendants(child.pid) == [grandchild]
+    finally:
+        for pid in descendants(child.pid):
+            os.kill(pid, signal.SIGKILL)
+        child.kill()
+        child.wait()
