@@ -32,7 +32,7 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
     assert "  TP2 EP auto  -> shape 2: E=2,N=32,K=64,topk=2,dtype=bf16" in out
     assert "  TP8 EP bf16  skipped: --tp 8 --ep cannot split 4 experts" in out
     assert "Shape 1/2: serves TP1 EP auto, TP1 EP bf16; ~" in out
-    assert "Estimate:    ~" in out and "an estimate from H200 rates" in out
+    assert "Estimate:    ~" in out and "an estimate from the H200 rates" in out
     assert f"Results:     {tmp_path / STORE_FILENAME} (one resumable store for every shape)" in out
     assert "Batch sizes: 2, 4" in out
     assert not list(tmp_path.iterdir())

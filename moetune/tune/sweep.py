@@ -56,8 +56,7 @@ SECONDS_PER_TIMED = 0.06
 SECONDS_PER_SHAPE = 10.0
 FAST_SEARCH_SHARE = 0.11
 ESTIMATE_NOTE = (
-    "an estimate from H200 rates (bench/results/tune-h200.md: about 0.06 s per timed "
-    "candidate with 14 compile processes, plus 10 s per shape); other machines differ"
+    "an estimate from the H200 rates of bench/results/tune-h200.md; other machines differ"
 )
 
 
