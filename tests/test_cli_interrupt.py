@@ -43,6 +43,8 @@ def tune_command(save_dir, *extra):
         str(save_dir),
         "--device-name",
         "NVIDIA H200",
+        "--engine",
+        "vllm",  # no SGLang split tune: the 4 measurements below
         *extra,
     ]
 

@@ -8,6 +8,8 @@
 #   SWEEP_LIMIT  wall limit of the sweep itself (default 440); at the limit it gets SIGINT, which
 #                exercises the interrupt path on the GPU: one line, exit 130, and the --json rerun
 #                resumes from the store. The rerun gets the time left (it needs ~15 s per shape).
+#   ENGINE       vllm (default: the issue compares against vLLM's fallback and published file;
+#                both would add the SGLang split tune, 3 more GEMM searches per shape, untimed)
 #   BATCH_SIZES  comma list (default 1,4,16,64,256,1024,4096: ~6 min estimated on one H200;
 #                all 18 would be ~15 min, over one device call)
 #   MODEL, TUNE_EXTRA  for a CPU rehearsal (TRITON_INTERPRET=1, the tiny model and space).
@@ -22,7 +24,7 @@ export PYTHONUNBUFFERED=1
 SIZES=${BATCH_SIZES:-1,4,16,64,256,1024,4096}
 read -r -a EXTRA <<<"${TUNE_EXTRA:-}"
 SWEEP=(--model "${MODEL:-Qwen/Qwen3-30B-A3B}" --tp 1,2,4 --dtype bf16,fp8_w8a8
-    --batch-size "$SIZES" --save-dir "$OUT/results" "${EXTRA[@]}")
+    --batch-size "$SIZES" --engine "${ENGINE:-vllm}" --save-dir "$OUT/results" "${EXTRA[@]}")
 
 {
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv

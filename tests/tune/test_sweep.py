@@ -66,7 +66,7 @@ def test_layouts_with_the_same_shape_share_one_plan_and_one_store(tmp_path):
     assert {p.store_path for p in plan.plans} == {tmp_path / "measurements.jsonl"}
     assert not plan.skipped
     files = [path for p in plan.plans for path in p.files]
-    assert len(files) == len(set(files)) == 4  # vLLM + SGLang per shape
+    assert len(files) == len(set(files)) == 2 * len(plan.plans[0].files)  # no file shared
 
 
 def test_layouts_that_cannot_split_are_skipped_with_the_reason(tmp_path):
@@ -127,6 +127,9 @@ def test_estimate_counts_pruned_pairs_at_the_h200_rates(tmp_path):
     assert est.pairs == pairs
     assert est.timed == math.ceil(pairs * FAST_SEARCH_SHARE) + 18
     assert est.seconds == pytest.approx(SECONDS_PER_SHAPE + SECONDS_PER_TIMED * est.timed)
+    assert est.split  # both engines: the SGLang split tune follows, and is flagged, not guessed
+    vllm_only = sweep(TINY, qwen, tmp_path, engines=("vllm",)).plans[0]
+    assert not estimate(vllm_only).split
     # bench/results/tune-h200.md: this tune took 136 s on an H200.
     assert 100 < est.seconds < 170
     exhaustive = sweep(TINY, qwen, tmp_path, search="exhaustive").plans[0]
