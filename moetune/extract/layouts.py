@@ -20,6 +20,7 @@ from moetune.errors import MoetuneError
 from moetune.extract.evaluate import extract_shape
 from moetune.extract.filenames import KernelDtype, resolve_kernel_dtype
 from moetune.extract.mappings import load_registry
+from moetune.extract.quant import QuantInfo, detect_quantization
 from moetune.extract.shape import Extraction, ShardedShape
 from moetune.extract.sharding import shard
 from moetune.extract.sources import LoadedConfig, load_config
@@ -98,7 +99,9 @@ def expand_layouts(
     return list(dict.fromkeys(layouts))
 
 
-def shard_layout(extraction: Extraction, layout: Layout) -> LayoutShard | SkippedLayout:
+def shard_layout(
+    extraction: Extraction, layout: Layout, quant: QuantInfo | None = None
+) -> LayoutShard | SkippedLayout:
     """Shard one layout; a split the engines refuse becomes a `SkippedLayout`."""
     try:
         sharded = shard(extraction.shape, tp=layout.tp, ep=layout.ep, ep_size=layout.ep_size)
@@ -109,7 +112,8 @@ def shard_layout(extraction: Extraction, layout: Layout) -> LayoutShard | Skippe
             layout,
             f"top-k {sharded.top_k} exceeds the {sharded.local_experts} expert(s) left on a rank",
         )
-    return LayoutShard(layout, sharded, resolve_kernel_dtype(extraction.shape, layout.dtype))
+    kernel_dtype = resolve_kernel_dtype(extraction.shape, layout.dtype, quant)
+    return LayoutShard(layout, sharded, kernel_dtype)
 
 
 def resolve_layouts(
@@ -124,7 +128,8 @@ def resolve_layouts(
     loaded = load_config(model, revision=revision)
     registry = load_registry(mappings, replace=replace_mappings)
     extraction = extract_shape(loaded.config, registry)
-    results = [shard_layout(extraction, layout) for layout in layouts]
+    quant = detect_quantization(loaded.config)
+    results = [shard_layout(extraction, layout, quant) for layout in layouts]
     return ResolvedLayouts(
         loaded=loaded,
         extraction=extraction,

@@ -171,13 +171,21 @@ def plan_sweep(
     `adapt` completes each shape's problem (``--routing``: the dump to replay);
     a shape it refuses (a `MoetuneError`) is skipped with the reason. A layout
     whose files would overwrite another shape's files (bf16 and fp16 share the
-    engines' file names) is skipped, with the reason.
+    engines' file names), or whose kernel the tuner cannot time (GPTQ int4...),
+    is skipped, with the reason. A single layout that fails raises its own error.
     """
     skipped = list(resolved.skipped)
+    shards = []
+    for shard in resolved.shards:
+        refusal = shard.kernel_dtype.tune_refusal()  # a kernel the tuner cannot time
+        if refusal:
+            skipped.append(SkippedLayout(shard.layout, refusal))
+        else:
+            shards.append(shard)
     groups: list[ShapeGroup] = []
     plans: list[TunePlan] = []
     owners: dict[Path, ShapeGroup] = {}
-    for group in group_layouts(resolved.shards):
+    for group in group_layouts(shards):
         if adapt is not None:
             try:
                 group = replace(group, problem=adapt(group.problem))
@@ -203,6 +211,8 @@ def plan_sweep(
         groups.append(group)
         plans.append(plan)
     if not plans:
+        if not is_sweep and len(skipped) == 1:
+            raise TuneError(skipped[0].reason)  # one layout: its own error, as before sweeps
         reasons = "; ".join(f"{s.layout.label()}: {s.reason}" for s in skipped)
         raise TuneError(f"no layout can be tuned: {reasons}")
     order = {layout: index for index, layout in enumerate(layouts)}
