@@ -9,7 +9,8 @@ group and owns the exit codes:
     2    misuse of the command line (click's usage errors)
     3    an unexpected error: one line pointing at a log with the traceback
     4    `moetune check`: an engine has no tuned file for the shape (0: all present)
-    130  interrupted (Ctrl-C); partial results are already on disk
+    130  interrupted by SIGINT (Ctrl-C); partial results are already on disk
+    143  stopped by SIGTERM; likewise
 
 Importing this module must stay cheap: `moetune extract` may not import torch
 or triton, so command modules import them inside their functions only.
@@ -19,14 +20,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 
 import click
 
 from moetune import __version__
-from moetune.errors import MoetuneError
+from moetune.errors import Interrupted, MoetuneError, Terminated
 
 # (module, attribute) of every command, in the order `moetune --help` lists them.
 COMMANDS = [
@@ -99,10 +102,30 @@ def _write_crash_log() -> str:
     return path
 
 
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _ignore_stop_signals() -> None:
+    """On the way out after a signal: a second Ctrl-C must not print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with moetune's exit codes (see the module docstring)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)  # unwinds like Ctrl-C: cleanup runs
     try:
         status = cli.main(args=argv, prog_name="moetune", standalone_mode=False)
+    except Interrupted as exc:  # a tune: its workers are gone, its results saved
+        _ignore_stop_signals()
+        click.echo(exc.message, err=True)
+        sys.exit(exc.exit_code)
+    except Terminated:
+        _ignore_stop_signals()
+        click.echo("Terminated", err=True)
+        sys.exit(128 + signal.SIGTERM)
     except click.exceptions.Abort:
         click.echo("Interrupted (^C)", err=True)
         sys.exit(130)

@@ -31,3 +31,27 @@ class ShardingError(MoetuneError):
 
 class TuneError(MoetuneError):
     """A tuning run cannot start or cannot finish (bad search space, no GPU, ...)."""
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by the CLI's SIGTERM handler (like KeyboardInterrupt for SIGINT).
+
+    A BaseException, so that no ``except Exception`` on the way swallows it.
+    """
+
+
+class Interrupted(BaseException):
+    """A run stopped by SIGINT or SIGTERM, after its workers are gone and its results saved.
+
+    The CLI prints `message` as the one line on stderr and exits ``128 + signum``
+    (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.message = message
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

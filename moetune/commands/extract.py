@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from moetune.commands.options import mappings_options
+from moetune.commands.options import ListParam, mappings_options
 from moetune.commands.texts import DEVICE_NAME_HELP
 from moetune.extract.filenames import DTYPE_CHOICES, VLLM_SEARCH_PATH
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--tp",
-    type=click.IntRange(min=1),
+    type=ListParam(click.IntRange(min=1), "N", many=False),
     default=1,
     show_default=True,
     help="GPUs one MoE layer is split over: the engine's TP size "
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--ep-size",
-    type=click.IntRange(min=1),
+    type=ListParam(click.IntRange(min=1), "K", many=False),
     default=None,
     help="SGLang's --ep-size K: E/K experts per rank, intermediate split over tp/K.",
 )

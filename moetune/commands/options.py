@@ -43,9 +43,50 @@ def mappings_options(command: Callable) -> Callable:
     )(command)
 
 
-def model_options(command: Callable) -> Callable:
+class ListParam(click.ParamType):
+    """Comma-separated values of `item` (a layout sweep), or exactly one where lists make no sense.
+
+    With ``many`` the value is a tuple; without, a list is refused with a
+    one-line usage error that says which command takes lists.
+    """
+
+    name = "list"
+
+    def __init__(self, item: click.ParamType, metavar: str, *, many: bool) -> None:
+        self.item, self.metavar, self.many = item, metavar, many
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return f"{self.metavar}[,...]" if self.many else self.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple) or (not isinstance(value, str) and not self.many):
+            return value  # already converted (a default)
+        parts = [part.strip() for part in str(value).split(",")]
+        if not all(parts):
+            self.fail(f"{value!r} has an empty item", param, ctx)
+        if len(parts) > 1 and not self.many:
+            self.fail(
+                f"takes one value here, got {value!r}; lists (layout sweeps) are for "
+                "`moetune tune`",
+                param,
+                ctx,
+            )
+        items = tuple(self.item.convert(part, param, ctx) for part in parts)
+        return tuple(dict.fromkeys(items)) if self.many else items[0]
+
+
+def model_options(command: Callable | None = None, *, sweep: bool = False) -> Callable:
     """Decorate a click command with --model, --revision, --tp, --ep, --ep-size, --dtype,
-    --device-name, --mappings and --replace-mappings."""
+    --device-name, --mappings and --replace-mappings.
+
+    With ``sweep=True`` (`moetune tune`), --tp, --ep-size and --dtype take
+    comma-separated lists and arrive as tuples; elsewhere they take one value.
+    """
+    if command is None:
+        return lambda command: model_options(command, sweep=sweep)
+    size = click.IntRange(min=1)
+    dtype = click.Choice(TUNE_DTYPE_CHOICES)
+    many = " Comma-separated list: one tune per distinct per-rank shape." if sweep else ""
     options = [
         click.option(
             "--model",
@@ -56,19 +97,28 @@ def model_options(command: Callable) -> Callable:
         click.option("--revision", help="Hub revision (branch, tag or commit) of the config."),
         click.option(
             "--tp",
-            type=click.IntRange(min=1),
-            default=1,
+            type=ListParam(size, "N", many=sweep),
+            default="1",
             show_default=True,
-            help="Tensor-parallel size the engine runs with.",
+            help="Tensor-parallel size the engine runs with." + many,
         ),
-        click.option("--ep", is_flag=True, help="vLLM expert parallelism (EP size = TP size)."),
-        click.option("--ep-size", type=click.IntRange(min=1), help="SGLang expert-parallel size."),
+        click.option(
+            "--ep",
+            is_flag=True,
+            help="vLLM expert parallelism (EP size = TP size)"
+            + (", for every --tp." if sweep else "."),
+        ),
+        click.option(
+            "--ep-size",
+            type=ListParam(size, "K", many=sweep),
+            help="SGLang expert-parallel size." + many,
+        ),
         click.option(
             "--dtype",
-            type=click.Choice(TUNE_DTYPE_CHOICES),
+            type=ListParam(dtype, "[" + "|".join(TUNE_DTYPE_CHOICES) + "]", many=sweep),
             default="auto",
             show_default=True,
-            help="Kernel dtype; auto follows the checkpoint (fp8 checkpoints: fp8_w8a8).",
+            help="Kernel dtype; auto follows the checkpoint (fp8 checkpoints: fp8_w8a8)." + many,
         ),
         click.option(
             "--group-size",
@@ -92,6 +142,18 @@ def model_options(command: Callable) -> Callable:
     return mappings_options(command)
 
 
+def layouts_from_options(options: dict[str, Any]) -> list[Any]:
+    """The `Layout`s a sweep's model options ask for (lists multiply; see extract.layouts)."""
+    from moetune.extract.layouts import expand_layouts
+
+    return expand_layouts(
+        options["tp"],
+        ep=options["ep"],
+        ep_sizes=options.get("ep_size") or (),
+        dtypes=options["dtype"],
+    )
+
+
 def default_compile_workers(devices: tuple[str | None, ...]) -> int:
     """Parallel compile processes: the cores left over by the timers, at most 16."""
     if all(device is None for device in devices):
@@ -110,11 +172,20 @@ class Resolved:
     notes: list[str] = field(default_factory=list)
 
 
-def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Resolved:
-    """The `TuneProblem` and the machine facts for the model options of a command."""
+@dataclass(frozen=True)
+class Machine:
+    """Where the timing runs and what the file names say about it."""
+
+    device_name: str
+    triton_version: str
+    limits: Any  # DeviceLimits
+    devices: tuple[str | None, ...]
+    notes: list[str] = field(default_factory=list)
+
+
+def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Machine:
+    """The GPUs, the device name for the files, the pruning limits and the Triton version."""
     from moetune.extract.filenames import FALLBACK_DEVICE_NAME, installed_triton_version
-    from moetune.extract.report import build_report
-    from moetune.tune.problem import TuneProblem
     from moetune.tune.runner import visible_devices
     from moetune.tune.space import DeviceLimits
 
@@ -145,14 +216,23 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
                     "no GPU visible: timing on the CPU under the Triton interpreter "
                     "(only useful for testing)"
                 )
+    return Machine(device_name, installed_triton_version() or "unknown", limits, devices, notes)
 
+
+def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Resolved:
+    """The `TuneProblem` and the machine facts for the model options of a command."""
+    from moetune.extract.report import build_report
+    from moetune.tune.problem import TuneProblem
+
+    machine = machine_from_options(options, dry_run=dry_run)
+    notes = list(machine.notes)
     report = build_report(
         options["model"],
         tp=options["tp"],
         ep=options["ep"],
         ep_size=options.get("ep_size"),
         dtype=options["dtype"],
-        device_name=device_name,
+        device_name=machine.device_name,
         revision=options.get("revision"),
         mappings=options.get("mappings"),
         replace_mappings=options.get("replace_mappings", False),
@@ -174,10 +254,10 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
     return Resolved(
         problem=problem,
         source=f"{loaded.description}, {split}",
-        device_name=device_name,
-        triton_version=installed_triton_version() or "unknown",
-        limits=limits,
-        devices=devices,
+        device_name=machine.device_name,
+        triton_version=machine.triton_version,
+        limits=machine.limits,
+        devices=machine.devices,
         notes=notes,
     )
 

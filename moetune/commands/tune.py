@@ -7,28 +7,30 @@ from pathlib import Path
 
 import click
 
-from moetune.commands.options import default_compile_workers, model_options, problem_from_options
+from moetune.commands.options import ListParam, default_compile_workers, model_options
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
+from moetune.tune.results_dir import RESULTS_ROOT
 
 SEARCHES = ("fast", "exhaustive")
 ENGINE_CHOICES = ("vllm", "sglang", "both")
 
 
 @click.command("tune", epilog=FLOOR_HELP)
-@model_options
+@model_options(sweep=True)
 @click.option(
     "--batch-size",
     "batch_sizes",
-    type=click.IntRange(min=1),
+    type=ListParam(click.IntRange(min=1), "M", many=True),
     multiple=True,
-    help="Batch size M to tune (repeatable). Default: the engines' 18 (1 ... 4096).",
+    help="Batch sizes M to tune (comma-separated or repeated). "
+    "Default: the engines' 18 (1 ... 4096).",
 )
 @click.option(
     "--save-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Where the config files and the resumable results store go.",
+    default=None,
+    help="Where the config files and the resumable results store go. "
+    f"Default: ./{RESULTS_ROOT}/<model-slug>/ (a Hub id org/name becomes org__name).",
 )
 @click.option(
     "--engine",
@@ -109,8 +111,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
 )
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
-    batch_sizes: tuple[int, ...],
-    save_dir: Path,
+    batch_sizes: tuple[tuple[int, ...], ...],
+    save_dir: Path | None,
     engine: str,
     search: str,
     space_file: str | None,
@@ -131,10 +133,16 @@ def tune(
 ) -> None:
     """Tune the fused-MoE kernel for a model and write vLLM/SGLang config files.
 
+    Lists in --tp, --ep-size and --dtype sweep layouts: every combination is
+    sharded, layouts whose ranks run the same shape share one tune, and layouts
+    that cannot split are listed and skipped. Ctrl-C (or SIGTERM) stops the run
+    with one line saying what is saved; rerun the same command to resume.
+
     \b
     Example usage:
         moetune tune --model Qwen/Qwen3-30B-A3B --tp 1
         moetune tune --model mistralai/Mixtral-8x7B-v0.1 --tp 2 --batch-size 64 --dry-run
+        moetune tune --model Qwen/Qwen3-30B-A3B --tp 1,2,4 --dtype bf16,fp8_w8a8 --dry-run
         moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 --install vllm
 
     The summary compares the written config, per batch size, with what the engine
@@ -144,64 +152,94 @@ def tune(
     """
     from rich.console import Console
 
-    from moetune.tune.runner import TuneRequest, make_plan, plan_json, plan_lines
+    from moetune.commands.options import layouts_from_options, machine_from_options
+    from moetune.extract.layouts import resolve_layouts
+    from moetune.tune.results_dir import default_save_dir
     from moetune.tune.space import DEFAULT_BATCH_SIZES, default_space, load_space
+    from moetune.tune.sweep import (
+        plan_sweep,
+        run_sweep,
+        sweep_json,
+        sweep_lines,
+        sweep_summary_json,
+    )
 
     out = Console(stderr=json_, highlight=False)
     err = Console(stderr=True, highlight=False)
-    resolved = problem_from_options(model, dry_run=dry_run)
+    layouts = layouts_from_options(model)
+    machine = machine_from_options(model, dry_run=dry_run)
+    resolved = resolve_layouts(
+        str(model["model"]),
+        layouts,
+        revision=model.get("revision"),
+        mappings=model.get("mappings"),
+        replace_mappings=bool(model.get("replace_mappings")),
+    )
+    devices = machine.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     engines = ("vllm", "sglang") if engine == "both" else (engine,)
-    targets = _install_targets(install, install_dir, engines, resolved.triton_version)
-    for note in resolved.notes:
-        err.print(f"Note: {note}")
-    engines = _engines_for(resolved.problem, engine, err)
-    devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
+    targets = _install_targets(install, install_dir, engines, machine.triton_version)
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
-    problem = resolved.problem
-    if routing != "uniform":
-        from moetune.tune.routing_dump import with_routing
-
-        problem = with_routing(problem, routing)
-    request = TuneRequest(
-        problem=problem,
-        batch_sizes=tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES),
+    sweep = plan_sweep(
+        str(model["model"]),
+        layouts,
+        resolved,
+        machine.limits,
+        is_sweep=len(layouts) > 1,
+        adapt=_routing_adapter(routing),
+        batch_sizes=tuple(sorted({m for ms in batch_sizes for m in ms}))
+        or tuple(DEFAULT_BATCH_SIZES),
         space=tuple(load_space(space_file) if space_file else default_space()),
-        save_dir=save_dir,
+        save_dir=(save_dir or default_save_dir(str(model["model"]))).absolute(),
         engines=engines,
         search=search,
-        device_name=resolved.device_name,
-        triton_version=resolved.triton_version,
+        device_name=machine.device_name,
+        triton_version=machine.triton_version,
         devices=devices,
         backend=backend,
         compile_workers=compile_workers,
         timeout_s=timeout_s,
         overwrite=overwrite,
-        source=resolved.source,
         space_source=space_file or "vLLM/SGLang default grid",
         up_tma=up_tma,
         compare_dir=compare_dir,
     )
-    plan = make_plan(request, resolved.limits)
-    for line in plan_lines(plan):
+    notes = [note for group in sweep.groups for note in group.notes] + machine.notes
+    for note in dict.fromkeys(notes):
+        err.print(f"Note: {note}", markup=False)
+    for line in sweep_lines(sweep):
         out.print(line, markup=False, soft_wrap=True)
-    out.print(f"Compare:     {_compare_line(request)}", markup=False, soft_wrap=True)
+    for index, plan in enumerate(sweep.plans):
+        label = f"Compare {index + 1}/{len(sweep.plans)}:" if sweep.is_sweep else "Compare:    "
+        out.print(f"{label} {_compare_line(plan.request)}", markup=False, soft_wrap=True)
     for target in targets:
         out.print(
             f"Install:     {target.engine} -> {target.folder} ({target.source})", markup=False
         )
     if dry_run:
         if json_:
-            click.echo(json.dumps(plan_json(plan), indent=2))
+            click.echo(json.dumps(sweep_json(sweep), indent=2))
         return
-    summary = _run_with_progress(plan, err)
-    if not json_:
-        _print_summary(summary, out)
-    installed, exports = _install(targets, summary, overwrite_installed, out)
-    if json_:
-        from moetune.tune.runner import summary_json
+    count = len(sweep.plans)
 
-        report = summary_json(summary)
+    def run_one(index, plan, backend):  # noqa: ANN001, ANN202
+        label = f"shape {index + 1}/{count} " if sweep.is_sweep else ""
+        return _run_with_progress(plan, err, label, backend)
+
+    result = run_sweep(sweep, run_one)
+    if not json_:
+        for group, summary in zip(sweep.groups, result.summaries, strict=False):
+            _print_summary(summary, out)
+            out.print(f"Serves: {', '.join(group.labels())}", markup=False)
+        if sweep.is_sweep:
+            _print_served(result, out)
+    installed, exports = [], []
+    for summary in result.summaries:
+        done, needed = _install(targets, summary, overwrite_installed, out)
+        installed += done
+        exports += [line for line in needed if line not in exports]
+    if json_:
+        report = sweep_summary_json(result)
         report["installed"] = installed
         report["exports"] = exports
         click.echo(json.dumps(report, indent=2))
@@ -271,6 +309,8 @@ def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
     installed, exports = [], []
     for target in targets:
         request = summary.plan.request
+        if target.engine not in request.engines:  # this shape wrote no file for that engine
+            continue
         main = engine_file_path(
             target.engine,
             request.problem,
@@ -306,23 +346,16 @@ def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
     return installed, exports
 
 
-def _engines_for(problem, engine: str, console) -> tuple[str, ...]:  # noqa: ANN001
-    """The engines to write files for: `engine`, less those that cannot use the dtype's file."""
-    from moetune.errors import TuneError
-    from moetune.tune.output import skipped_engines
+def _routing_adapter(routing: str):  # noqa: ANN202
+    """None for uniform routing; else the function giving each shape the dump to replay."""
+    if routing == "uniform":
+        return None
+    from moetune.tune.routing_dump import with_routing
 
-    requested = ("vllm", "sglang") if engine == "both" else (engine,)
-    skipped = skipped_engines(problem)
-    for name in requested:
-        if name in skipped:
-            console.print(f"Note: {skipped[name]}", markup=False)
-    engines = tuple(name for name in requested if name not in skipped)
-    if not engines:
-        raise TuneError(skipped[requested[0]])
-    return engines
+    return lambda problem: with_routing(problem, routing)
 
 
-def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay lazy
+def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, ANN202 - rich types stay lazy
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -349,7 +382,7 @@ def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("tuning", total=expected, status="")
+        task = progress.add_task(f"{label}tuning", total=expected, status="")
         counts = {"measured": 0, "stored": 0, "failed": 0}
 
         def on_measurement(m, reused):  # noqa: ANN001, ANN202
@@ -362,12 +395,13 @@ def _run_with_progress(plan, console):  # noqa: ANN001, ANN202 - rich types stay
             progress.update(
                 task,
                 completed=done,
-                description=f"tuning M={m.batch_size}",
+                description=f"{label}tuning M={m.batch_size}",
                 status=f"{counts['stored']} from store, {counts['failed']} failed",
             )
 
-        summary = run_tune(plan, progress=on_measurement)
-        progress.update(task, total=counts["measured"] + counts["stored"], description="tuned")
+        summary = run_tune(plan, progress=on_measurement, backend=backend)
+        done = counts["measured"] + counts["stored"]
+        progress.update(task, total=done, description=f"{label}tuned")
     return summary
 
 
@@ -416,3 +450,15 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     console.print("Wrote:", markup=False)
     for path in summary.files:
         console.print(f"  {path}", markup=False)
+
+
+def _print_served(result, console) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    save_dir = result.sweep.plans[0].request.save_dir
+    table = Table(title=f"Files written in {save_dir}, and the layouts each one serves")
+    table.add_column("file", overflow="fold")
+    table.add_column("layouts")
+    for path, labels in result.served():
+        table.add_row(str(path.relative_to(save_dir)), ", ".join(labels))
+    console.print(table)

@@ -332,6 +332,7 @@ def run_tune(
     )
     store = ResultStore(plan.store_path)
     context = RunContext(problem, request.device_name, request.triton_version)
+    owned = backend is None  # a backend passed in (a sweep's, shared by its shapes) stays open
     backend = backend or make_backend(request)
     try:
         measurer = StoreMeasurer(
@@ -368,7 +369,8 @@ def run_tune(
         if any(d is not None for d in request.devices) or request.backend == "ray":
             summary.ceilings = _ceilings(backend, summary.notes)
     finally:
-        backend.close()
+        if owned:
+            backend.close()
 
     for m in request.batch_sizes:
         pick, rank, rel_rms = verified[m]

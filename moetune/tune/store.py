@@ -2,8 +2,9 @@
 
 The store is the tuner's resume mechanism. The runner asks `ResultStore.get`
 before measuring a candidate and `add`s each measurement the moment it is
-taken; `add` appends one line and fsyncs it, so a Ctrl-C or ``kill -9`` loses
-at most the line being written. A torn last line (a kill mid-write) is ignored
+taken; `add` appends one line and fsyncs it, so a ``kill -9`` loses at most
+the line being written, and a Ctrl-C or SIGTERM none (they wait for the append
+to finish, `moetune.tune.signals.signals_deferred`). A torn last line (a kill mid-write) is ignored
 on load with a warning and cut off before the next append.
 
 A measurement is keyed by (problem key, batch size, candidate, fidelity,
@@ -29,6 +30,7 @@ from filelock import FileLock
 
 from moetune.errors import TuneError
 from moetune.tune.probe import KINDS, Probe, from_fields, probe_fields
+from moetune.tune.signals import signals_deferred
 from moetune.tune.space import Candidate
 
 STORE_FILENAME = "measurements.jsonl"
@@ -241,13 +243,14 @@ class ResultStore:
         """Append one measurement and fsync it before returning."""
         line = json.dumps(measurement.to_json(), separators=(",", ":")) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.path) + ".lock"):
+        # A Ctrl-C in the middle waits for the line (and the index) to be complete.
+        with signals_deferred(), FileLock(str(self.path) + ".lock"):
             with open(self.path, "a+b") as handle:
                 _cut_torn_tail(handle)
                 handle.write(line.encode())
                 handle.flush()
                 os.fsync(handle.fileno())
-        self._remember(measurement)
+            self._remember(measurement)
 
     def all(self) -> list[Measurement]:
         """Every measurement in file order (repeated keys included)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moetune.errors import TuneError
+from moetune.tune.signals import children_ignore_interrupts, ignore_interrupts, signals_deferred
 
 FAULTS_ENV = "MOETUNE_TEST_FAULTS"
 MODES = ("quick", "full", "warm", "verify")
@@ -49,6 +51,9 @@ VERIFY_SEED = 1234
 # Exit code of a worker whose CUDA context is poisoned; the pool restarts it quietly.
 POISONED_EXIT = 75
 ERROR_CHARS = 500
+# A worker killed by SIGINT/SIGTERM: how long the parent waits for its own signal (see poll).
+STOP_EXIT_CODES = (-2, -15)
+STOP_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -262,6 +267,7 @@ def enable_compile_only() -> bool:
 
 def worker_main(conn: Any, device: str | None, compile_only: bool = False) -> None:
     """Entry point of a worker process: measure the units the pool sends, until told to stop."""
+    ignore_interrupts()  # Ctrl-C is the parent's to handle (moetune.tune.signals)
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     if compile_only:
@@ -301,12 +307,32 @@ def worker_main(conn: Any, device: str | None, compile_only: bool = False) -> No
 # ---------------------------------------------------------------------------
 
 
+def descendants(pid: int) -> list[int]:
+    """Pids of the processes below `pid`, read from /proc (empty where there is no /proc)."""
+    try:
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+    parent: dict[int, int] = {}
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+            parent[entry] = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found: list[int] = []
+    level = {pid}
+    while level:
+        level = {child for child, ppid in parent.items() if ppid in level}
+        found.extend(sorted(level))
+    return found
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        import signal
-
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
@@ -350,7 +376,8 @@ class _Worker:
             daemon=True,
             name=f"moetune-{self.role}",
         )
-        self.process.start()
+        with children_ignore_interrupts():
+            self.process.start()
         child.close()
         self.conn, self.measured, self.fresh = parent, 0, True
 
@@ -364,7 +391,14 @@ class _Worker:
                 pass
             self.process.join(5)
         if self.process.is_alive():
+            # Its own children (Triton's ptxas) ignore SIGINT like it does: they go with it.
+            below = descendants(self.process.pid)
             self.process.kill()
+            for pid in below:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             self.process.join(5)
         self.conn.close()
         self.process, self.conn = None, None
@@ -413,6 +447,10 @@ class _Worker:
             pass  # the process died mid-message; handled below
         if not self.process.is_alive():
             self.process.join()
+            if self.process.exitcode in STOP_EXIT_CODES:
+                # Most likely a signal to the whole process group: give this process's own
+                # copy a moment to arrive and stop the run, rather than record a crash.
+                time.sleep(STOP_GRACE_S)
             why = f"worker process died ({describe_exit(self.process.exitcode)})"
             if self.process.exitcode == POISONED_EXIT:
                 why = "worker restarted after a CUDA error"
@@ -495,8 +533,9 @@ class WorkerPool:
         self.close()
 
     def close(self) -> None:
-        for worker in self.timers + self.warmers:
-            worker.stop(kill=True)
+        with signals_deferred():  # a second Ctrl-C must not leave a worker behind
+            for worker in self.timers + self.warmers:
+                worker.stop(kill=True)
 
     def measure_ceilings(self) -> Any:
         """Memory bandwidth and matmul rate measured by the first timer (GPU only)."""

@@ -1,0 +1,138 @@
+"""Deployment layouts (TP, EP, dtype) of one model, and the per-rank shard each one runs.
+
+A layout sweep (``moetune tune --tp 1,2,4 --dtype bf16,fp8_w8a8``) expands into
+every combination of the listed values (`expand_layouts`). `resolve_layouts`
+reads the model's config once and shards it for each layout: a layout the
+engines cannot split (experts or intermediate size not divisible, top-k above
+the experts left on a rank) comes back as a `SkippedLayout` with the reason,
+never as an error; only the model itself (config, registry) can fail the call.
+
+No torch, no triton: `extract` stays importable on its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from moetune.errors import MoetuneError
+from moetune.extract.evaluate import extract_shape
+from moetune.extract.filenames import KernelDtype, resolve_kernel_dtype
+from moetune.extract.mappings import load_registry
+from moetune.extract.quant import QuantInfo, detect_quantization
+from moetune.extract.shape import Extraction, ShardedShape
+from moetune.extract.sharding import shard
+from moetune.extract.sources import LoadedConfig, load_config
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to serve the model: TP size, vLLM EP (`ep`) or SGLang EP size, kernel dtype."""
+
+    tp: int
+    ep: bool = False
+    ep_size: int | None = None
+    dtype: str = "auto"
+
+    def split(self) -> str:
+        """``TP2``, ``TP8 EP`` (vLLM) or ``TP8 EP4`` (SGLang)."""
+        if self.ep:
+            return f"TP{self.tp} EP"
+        if self.ep_size is not None:
+            return f"TP{self.tp} EP{self.ep_size}"
+        return f"TP{self.tp}"
+
+    def label(self) -> str:
+        """``TP2 bf16``, ``TP8 EP fp8_w8a8``: how plans and summaries name the layout."""
+        return f"{self.split()} {self.dtype}"
+
+
+@dataclass(frozen=True)
+class LayoutShard:
+    """A layout the engines can run: its per-rank shard and kernel dtype."""
+
+    layout: Layout
+    sharded: ShardedShape
+    kernel_dtype: KernelDtype
+
+
+@dataclass(frozen=True)
+class SkippedLayout:
+    """A layout that cannot be served as asked, and why (the sharding error's message)."""
+
+    layout: Layout
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResolvedLayouts:
+    loaded: LoadedConfig
+    extraction: Extraction
+    shards: tuple[LayoutShard, ...]
+    skipped: tuple[SkippedLayout, ...]
+
+
+def expand_layouts(
+    tps: Sequence[int],
+    *,
+    ep: bool = False,
+    ep_sizes: Sequence[int] = (),
+    dtypes: Sequence[str] = ("auto",),
+) -> list[Layout]:
+    """Every combination of the listed values, TP-major, duplicates dropped, in the given order.
+
+    `ep` applies to every TP; `ep_sizes` (SGLang) multiply with the TP sizes.
+    Both at once is a user error, as for a single layout.
+    """
+    if ep and ep_sizes:
+        raise MoetuneError(
+            "--ep (vLLM: EP size = TP size) and --ep-size (SGLang) both set the EP size; pass one"
+        )
+    if not tps or not dtypes:
+        raise MoetuneError("a layout needs at least one --tp and one --dtype")
+    sizes: Sequence[int | None] = tuple(ep_sizes) or (None,)
+    layouts = [
+        Layout(tp, ep, ep_size, dtype)
+        for tp, ep_size, dtype in itertools.product(tps, sizes, dtypes)
+    ]
+    return list(dict.fromkeys(layouts))
+
+
+def shard_layout(
+    extraction: Extraction, layout: Layout, quant: QuantInfo | None = None
+) -> LayoutShard | SkippedLayout:
+    """Shard one layout; a split the engines refuse becomes a `SkippedLayout`."""
+    try:
+        sharded = shard(extraction.shape, tp=layout.tp, ep=layout.ep, ep_size=layout.ep_size)
+    except MoetuneError as exc:
+        return SkippedLayout(layout, str(exc))
+    if sharded.top_k > sharded.local_experts:
+        return SkippedLayout(
+            layout,
+            f"top-k {sharded.top_k} exceeds the {sharded.local_experts} expert(s) left on a rank",
+        )
+    kernel_dtype = resolve_kernel_dtype(extraction.shape, layout.dtype, quant)
+    return LayoutShard(layout, sharded, kernel_dtype)
+
+
+def resolve_layouts(
+    model: str,
+    layouts: Sequence[Layout],
+    *,
+    revision: str | None = None,
+    mappings: str | None = None,
+    replace_mappings: bool = False,
+) -> ResolvedLayouts:
+    """Load `model`'s config once and shard it for each layout (see the module docstring)."""
+    loaded = load_config(model, revision=revision)
+    registry = load_registry(mappings, replace=replace_mappings)
+    extraction = extract_shape(loaded.config, registry)
+    quant = detect_quantization(loaded.config)
+    results = [shard_layout(extraction, layout, quant) for layout in layouts]
+    return ResolvedLayouts(
+        loaded=loaded,
+        extraction=extraction,
+        shards=tuple(r for r in results if isinstance(r, LayoutShard)),
+        skipped=tuple(r for r in results if isinstance(r, SkippedLayout)),
+    )

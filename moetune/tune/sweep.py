@@ -1,0 +1,416 @@
+"""A layout sweep: many (TP, EP, dtype) layouts of one model, each distinct per-rank shape tuned once.
+
+`moetune tune --tp 1,2,4 --dtype bf16,fp8_w8a8` asks for six layouts. Each is
+sharded (`moetune.extract.layouts`); layouts whose rank runs the same kernel
+problem (E, N, K, top-k, dtype, block shape) share one `TunePlan`, so that
+problem is searched once and its files serve all of them. Layouts the engines
+cannot split are listed with the reason and skipped; only a sweep with no
+valid layout at all is an error.
+
+All plans share one results store (``<save-dir>/measurements.jsonl``): the
+store keys every measurement by its problem, so shapes never mix, and a rerun
+of the same command resumes each shape where it stopped.
+
+`plan_sweep` is pure (plans only); `run_sweep` runs the plans in sequence and
+turns Ctrl-C / SIGTERM into `moetune.errors.Interrupted`, whose one line says
+how many measurements are saved and where.
+
+Time estimate (`estimate`): from the H200 runs in bench/results/tune-h200.md
+(one H200, 16 CPU cores, 14 compile processes, 18 batch sizes, fast search):
+Qwen3-30B TP1 took 136 s for 2,113 timed candidates out of 20,296 pruned
+(candidate, M) pairs, Mixtral TP2 116 s for 1,873 of 14,316. That is about
+0.06 s per timed candidate (compiling overlapped) plus about 10 s per shape
+(worker start-up, default configs, verification, ceilings); fast search timed
+10-13 % of the pruned pairs. It is an estimate for an H200-class machine:
+fewer CPU cores compile slower, and a fast search that needs more rounds takes
+longer.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
+from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
+from moetune.tune.measurer import Backend
+from moetune.tune.output import skipped_engines
+from moetune.tune.problem import TuneProblem
+from moetune.tune.runner import (
+    TunePlan,
+    TuneRequest,
+    TuneSummary,
+    make_backend,
+    make_plan,
+    plan_json,
+    plan_lines,
+    summary_json,
+)
+from moetune.tune.space import DeviceLimits
+
+# See the module docstring for where these come from.
+SECONDS_PER_TIMED = 0.06
+SECONDS_PER_SHAPE = 10.0
+FAST_SEARCH_SHARE = 0.11
+ESTIMATE_NOTE = (
+    "an estimate from the H200 rates of bench/results/tune-h200.md; other machines differ"
+)
+
+
+def problem_of(shard: LayoutShard) -> TuneProblem:
+    """The kernel problem one rank of this layout runs."""
+    kernel = shard.kernel_dtype
+    dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
+    return TuneProblem.from_sharded(shard.sharded, dtype, kernel.block_shape)
+
+
+@dataclass(frozen=True)
+class ShapeGroup:
+    """One distinct per-rank problem and the layouts that run it."""
+
+    problem: TuneProblem
+    layouts: tuple[Layout, ...]
+    notes: tuple[str, ...] = ()
+
+    def labels(self) -> list[str]:
+        return [layout.label() for layout in self.layouts]
+
+
+def group_layouts(shards: Sequence[LayoutShard]) -> list[ShapeGroup]:
+    """Layouts grouped by their problem, in the order each problem first appears."""
+    groups: dict[TuneProblem, list[LayoutShard]] = {}
+    for shard in shards:
+        groups.setdefault(problem_of(shard), []).append(shard)
+    return [
+        ShapeGroup(
+            problem,
+            tuple(s.layout for s in members),
+            tuple(dict.fromkeys(s.kernel_dtype.note for s in members if s.kernel_dtype.note)),
+        )
+        for problem, members in groups.items()
+    ]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    pairs: int  # (candidate, batch size) pairs left after pruning
+    timed: int  # of which the search is expected to time
+    split: bool = False  # an SGLang split tune follows, which `seconds` leaves out
+
+
+def estimate(plan: TunePlan) -> Estimate:
+    """Expected wall time of one plan on an H200-class machine (module docstring).
+
+    The SGLang split tune (`moetune.tune.split_search`, engines that read a
+    down table) has no H200 timing yet, so it is flagged, not guessed.
+    """
+    from moetune.tune.split import split_engines
+
+    pairs = sum(len(report.kept) for report in plan.pruning.values())
+    share = 1.0 if plan.request.search == "exhaustive" else FAST_SEARCH_SHARE
+    timed = math.ceil(pairs * share) + len(plan.request.batch_sizes)  # + the default configs
+    split = bool(split_engines(plan.request.engines))
+    return Estimate(SECONDS_PER_SHAPE + SECONDS_PER_TIMED * timed, pairs, timed, split)
+
+
+SPLIT_NOTE = (
+    "the SGLang split tune (--engine sglang/both) comes on top, not yet timed on an H200; "
+    "--engine vllm skips it"
+)
+
+
+def _estimate_line(seconds: float, split: bool, suffix: str = "") -> str:
+    extra = f"; {SPLIT_NOTE}" if split else ""
+    return f"Estimate:    ~{format_duration(seconds)}{suffix} ({ESTIMATE_NOTE}{extra})"
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    model: str
+    source: str  # where the config came from
+    layouts: tuple[Layout, ...]  # as asked, in order
+    groups: tuple[ShapeGroup, ...]
+    plans: tuple[TunePlan, ...]  # one per group, same order
+    skipped: tuple[SkippedLayout, ...]
+    is_sweep: bool  # the command line gave a list (the output is the sweep's)
+
+    @property
+    def store_path(self) -> Path:
+        return self.plans[0].store_path
+
+    def estimates(self) -> list[Estimate]:
+        return [estimate(plan) for plan in self.plans]
+
+    def estimate_s(self) -> float:
+        return sum(e.seconds for e in self.estimates())
+
+    def shape_of(self, layout: Layout) -> int | None:
+        """Index of the group serving `layout`, None if it was skipped."""
+        for index, group in enumerate(self.groups):
+            if layout in group.layouts:
+                return index
+        return None
+
+
+def plan_sweep(
+    model: str,
+    layouts: Sequence[Layout],
+    resolved: ResolvedLayouts,
+    limits: DeviceLimits,
+    *,
+    is_sweep: bool = True,
+    adapt: Callable[[TuneProblem], TuneProblem] | None = None,
+    **request: Any,
+) -> SweepPlan:
+    """One `TunePlan` per distinct problem; `request` holds the `TuneRequest` fields but the problem.
+
+    `adapt` completes each shape's problem (``--routing``: the dump to replay);
+    a shape it refuses (a `MoetuneError`) is skipped with the reason. A layout
+    whose files would overwrite another shape's files (bf16 and fp16 share the
+    engines' file names), or whose kernel the tuner cannot time (GPTQ int4...),
+    is skipped, with the reason. A single layout that fails raises its own error.
+    """
+    skipped = list(resolved.skipped)
+    shards = []
+    for shard in resolved.shards:
+        refusal = shard.kernel_dtype.tune_refusal()  # a kernel the tuner cannot time
+        if refusal:
+            skipped.append(SkippedLayout(shard.layout, refusal))
+        else:
+            shards.append(shard)
+    groups: list[ShapeGroup] = []
+    plans: list[TunePlan] = []
+    owners: dict[Path, ShapeGroup] = {}
+    for group in group_layouts(shards):
+        if adapt is not None:
+            try:
+                group = replace(group, problem=adapt(group.problem))
+            except MoetuneError as exc:
+                skipped.extend(SkippedLayout(layout, str(exc)) for layout in group.layouts)
+                continue
+        labels = ", ".join(group.labels())
+        # A sweep names the config source once, above the shapes.
+        source = labels if is_sweep else f"{resolved.loaded.description}, {labels}"
+        refused = skipped_engines(group.problem)  # e.g. vLLM has no int8_w8a8 file name
+        engines = tuple(e for e in request["engines"] if e not in refused)
+        if not engines:
+            reason = refused[request["engines"][0]]
+            skipped.extend(SkippedLayout(layout, reason) for layout in group.layouts)
+            continue
+        if refused:
+            notes = tuple(refused[e] for e in request["engines"] if e in refused)
+            group = replace(group, notes=group.notes + notes)
+        fields = {**request, "engines": engines}
+        plan = make_plan(TuneRequest(problem=group.problem, source=source, **fields), limits)
+        clash = next((owners[path] for path in plan.files if path in owners), None)
+        if clash is not None:
+            skipped.extend(
+                SkippedLayout(
+                    layout,
+                    f"its files have the same names as {clash.labels()[0]}'s "
+                    f"({clash.problem.key()}); tune it with another --save-dir",
+                )
+                for layout in group.layouts
+            )
+            continue
+        owners.update(dict.fromkeys(plan.files, group))
+        groups.append(group)
+        plans.append(plan)
+    if not plans:
+        if not is_sweep and len(skipped) == 1:
+            raise TuneError(skipped[0].reason)  # one layout: its own error, as before sweeps
+        reasons = "; ".join(f"{s.layout.label()}: {s.reason}" for s in skipped)
+        raise TuneError(f"no layout can be tuned: {reasons}")
+    order = {layout: index for index, layout in enumerate(layouts)}
+    skipped.sort(key=lambda s: order.get(s.layout, len(order)))
+    return SweepPlan(
+        model=model,
+        source=resolved.loaded.description,
+        layouts=tuple(layouts),
+        groups=tuple(groups),
+        plans=tuple(plans),
+        skipped=tuple(skipped),
+        is_sweep=is_sweep,
+    )
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def sweep_lines(sweep: SweepPlan) -> list[str]:
+    """The plan as printed before any work (a single layout: the plain plan plus two lines)."""
+    estimates = sweep.estimates()
+    if not sweep.is_sweep:
+        group, plan, est = sweep.groups[0], sweep.plans[0], estimates[0]
+        return [*plan_lines(plan), _estimate_line(est.seconds, est.split)]
+    reason = {s.layout: s.reason for s in sweep.skipped}
+    width = max(len(layout.label()) for layout in sweep.layouts)
+    lines = [
+        f"Model:       {sweep.model}  ({sweep.source})",
+        f"Layouts:     {len(sweep.layouts)} asked, {len(sweep.layouts) - len(sweep.skipped)} "
+        f"valid, {len(sweep.plans)} distinct per-rank shape(s) to tune, "
+        f"{len(sweep.skipped)} skipped",
+    ]
+    for layout in sweep.layouts:
+        index = sweep.shape_of(layout)
+        if index is None:
+            lines.append(f"  {layout.label():<{width}}  skipped: {reason[layout]}")
+        else:
+            key = sweep.groups[index].problem.key()
+            lines.append(f"  {layout.label():<{width}}  -> shape {index + 1}: {key}")
+    split = any(est.split for est in estimates)
+    lines.append(_estimate_line(sweep.estimate_s(), split, " in all"))
+    lines.append(f"Results:     {sweep.store_path} (one resumable store for every shape)")
+    for index, (group, plan, est) in enumerate(
+        zip(sweep.groups, sweep.plans, estimates, strict=True)
+    ):
+        lines.append("")
+        lines.append(
+            f"Shape {index + 1}/{len(sweep.plans)}: serves {', '.join(group.labels())}; "
+            f"~{format_duration(est.seconds)} ({est.pairs} pruned pairs, ~{est.timed} timed)"
+        )
+        lines.extend(f"  {line}" for line in plan_lines(plan) if not line.startswith("Results:"))
+    return lines
+
+
+def _layout_json(layout: Layout) -> dict[str, Any]:
+    return {
+        "layout": layout.label(),
+        "tp": layout.tp,
+        "ep": layout.ep,
+        "ep_size": layout.ep_size,
+        "dtype": layout.dtype,
+    }
+
+
+def _shape_extra(sweep: SweepPlan, index: int) -> dict[str, Any]:
+    est = estimate(sweep.plans[index])
+    return {
+        "layouts": sweep.groups[index].labels(),
+        "estimate_s": round(est.seconds, 1),
+        "estimate_pairs": est.pairs,
+        "estimate_timed": est.timed,
+        "estimate_excludes_split": est.split,
+    }
+
+
+def sweep_json(sweep: SweepPlan) -> dict[str, Any]:
+    """A single layout: the plan's JSON plus its layouts and estimate; a sweep: every shape."""
+    if not sweep.is_sweep:
+        return {**plan_json(sweep.plans[0]), **_shape_extra(sweep, 0)}
+    reason = {s.layout: s.reason for s in sweep.skipped}
+    layouts = []
+    for layout in sweep.layouts:
+        index = sweep.shape_of(layout)
+        layouts.append(
+            {
+                **_layout_json(layout),
+                "shape": None if index is None else sweep.groups[index].problem.key(),
+                "skipped": reason.get(layout),
+            }
+        )
+    return {
+        "model": sweep.model,
+        "config_source": sweep.source,
+        "layouts": layouts,
+        "store": str(sweep.store_path),
+        "estimate_s": round(sweep.estimate_s(), 1),
+        "estimate_note": ESTIMATE_NOTE,
+        "shapes": [
+            {**plan_json(plan), **_shape_extra(sweep, index)}
+            for index, plan in enumerate(sweep.plans)
+        ],
+    }
+
+
+@dataclass
+class SweepSummary:
+    sweep: SweepPlan
+    summaries: list[TuneSummary] = field(default_factory=list)
+
+    def served(self) -> list[tuple[Path, list[str]]]:
+        """Every written file and the layouts it serves."""
+        return [
+            (path, group.labels())
+            for group, summary in zip(self.sweep.groups, self.summaries, strict=False)
+            for path in summary.files
+        ]
+
+
+def sweep_summary_json(result: SweepSummary) -> dict[str, Any]:
+    sweep = result.sweep
+    if not sweep.is_sweep:
+        return {**summary_json(result.summaries[0]), "layouts": sweep.groups[0].labels()}
+    plan = sweep_json(sweep)
+    return {
+        "model": sweep.model,
+        "layouts": plan["layouts"],
+        "store": plan["store"],
+        "wall_s": round(sum(s.wall_s for s in result.summaries), 3),
+        "measured": sum(s.measured for s in result.summaries),
+        "reused": sum(s.reused for s in result.summaries),
+        "shapes": [
+            {**summary_json(summary), "layouts": sweep.groups[index].labels()}
+            for index, summary in enumerate(result.summaries)
+        ],
+        "files": [{"path": str(path), "layouts": labels} for path, labels in result.served()],
+    }
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def run_sweep(
+    sweep: SweepPlan,
+    run_one: Callable[[int, TunePlan, Backend], TuneSummary],
+    backend: Backend | None = None,
+) -> SweepSummary:
+    """Run every plan in order with `run_one(index, plan, backend)`; Ctrl-C/SIGTERM -> `Interrupted`.
+
+    One backend (worker processes) serves every shape, so workers start once.
+    By the time `Interrupted` is raised the workers are gone and every
+    measurement taken is in the store.
+    """
+    result = SweepSummary(sweep)
+    before = _count_lines(sweep.store_path)
+    try:
+        backend = backend or make_backend(sweep.plans[0].request)
+        try:
+            for index, plan in enumerate(sweep.plans):
+                result.summaries.append(run_one(index, plan, backend))
+        finally:
+            backend.close()
+    except (KeyboardInterrupt, Terminated) as exc:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # on the way out: no second traceback
+            signal.signal(signum, signal.SIG_IGN)
+        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        raise Interrupted(signum, interrupted_line(sweep, signum, before, result)) from None
+    return result
+
+
+def interrupted_line(
+    sweep: SweepPlan, signum: int, before: int, result: SweepSummary | None = None
+) -> str:
+    """The one line a stopped run prints: what is saved, where, and how to resume."""
+    saved = _count_lines(sweep.store_path)
+    done = ""
+    if sweep.is_sweep and result is not None:
+        done = f"{len(result.summaries)} of {len(sweep.plans)} shapes finished; "
+    head = "Interrupted" if signum == signal.SIGINT else "Terminated"
+    noun = "measurement" if saved == 1 else "measurements"
+    return (
+        f"{head}: {done}{saved} {noun} saved in {sweep.store_path} "
+        f"({saved - before} from this run); rerun the same command to resume"
+    )

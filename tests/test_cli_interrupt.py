@@ -1,0 +1,136 @@
+"""Ctrl-C and SIGTERM to the process group of a running tune (what a terminal's Ctrl-C does).
+
+A real CPU tune of the tiny model (with a compile worker, so that the timer and
+the warmer both get the signal), stopped once a measurement is stored. The
+parent must print one line and exit 128 + signal; no worker may print a
+traceback or outlive it; the store must load cleanly and a rerun resume from it.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from moetune.tune.store import STORE_FILENAME, ResultStore
+
+DATA = Path(__file__).parent / "tune" / "data"
+# 3 candidates at one batch size + the default config.
+MEASUREMENTS = 4
+
+
+def tune_command(save_dir, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "moetune",
+        "tune",
+        "--model",
+        str(DATA / "tiny-moe"),
+        "--space",
+        str(DATA / "tiny-space.json"),
+        "--batch-size",
+        "2",
+        "--search",
+        "exhaustive",
+        "--save-dir",
+        str(save_dir),
+        "--device-name",
+        "NVIDIA H200",
+        "--engine",
+        "vllm",  # no SGLang split tune: the 4 measurements below
+        *extra,
+    ]
+
+
+def session_members(sid):
+    """Pids of live (non-zombie) processes in session `sid`, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, session = fields[0], int(fields[3])
+        if session == sid and state != "Z":
+            members.append(int(entry))
+    return members
+
+
+def stored_lines(path):
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+@pytest.mark.parametrize(
+    ("signum", "code", "head"),
+    [(signal.SIGINT, 130, "Interrupted"), (signal.SIGTERM, 143, "Terminated")],
+    ids=["SIGINT", "SIGTERM"],
+)
+def test_signal_to_the_process_group_stops_the_tune_quietly(tmp_path, signum, code, head):
+    store = tmp_path / STORE_FILENAME
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    with open(tmp_path / "stderr", "w") as err:
+        process = subprocess.Popen(
+            tune_command(tmp_path, "--compile-workers", "1"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            start_new_session=True,  # its own process group, like a terminal job
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while process.poll() is None and time.monotonic() < deadline:
+                if stored_lines(store) >= 1:
+                    break
+                time.sleep(0.02)
+            assert process.poll() is None, "the tune ended before it could be interrupted"
+            # The tuner, its timer and its compile worker (and multiprocessing's tracker).
+            assert len(session_members(process.pid)) >= 3
+            os.killpg(process.pid, signum)
+            returncode = process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    stderr = (tmp_path / "stderr").read_text()
+    assert returncode == code, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    # Exactly one line from the interrupt, the last one; before it at most the progress bar.
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    saved = stored_lines(store)
+    assert lines[-1] == (
+        f"{head}: {saved} measurement{'s' if saved != 1 else ''} saved in {store} "
+        f"({saved} from this run); rerun the same command to resume"
+    )
+    assert len(lines) <= 2 and all(re.match(r"tuning", line) for line in lines[:-1]), stderr
+
+    deadline = time.monotonic() + 10  # multiprocessing's tracker leaves once the pipe closes
+    while session_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert session_members(process.pid) == [], "a worker outlived the tuner"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn or unreadable line would warn
+        kept = ResultStore(store).all()
+    assert 1 <= len(kept) == saved < MEASUREMENTS
+    assert all(m.status == "ok" for m in kept)  # no worker killed by the signal counted as crashed
+    if signum != signal.SIGINT:
+        return  # resuming does not depend on how the run was stopped; once is enough
+
+    rerun = subprocess.run(
+        tune_command(tmp_path, "--json"), capture_output=True, text=True, env=env, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["reused"] == saved
+    assert summary["measured"] == MEASUREMENTS - saved

@@ -1,0 +1,170 @@
+"""Layout sweeps: expansion, one plan per distinct per-rank shape, skipped layouts, estimate."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from moetune.errors import MoetuneError, TuneError
+from moetune.extract.layouts import Layout, expand_layouts, resolve_layouts
+from moetune.tune.results_dir import default_save_dir, model_slug
+from moetune.tune.space import DEFAULT_BATCH_SIZES, DeviceLimits, default_space, load_space
+from moetune.tune.sweep import (
+    FAST_SEARCH_SHARE,
+    SECONDS_PER_SHAPE,
+    SECONDS_PER_TIMED,
+    estimate,
+    plan_sweep,
+    sweep_json,
+    sweep_lines,
+)
+
+DATA = Path(__file__).parent / "data"
+TINY = str(DATA / "tiny-moe")  # E=4, top-k 2, N=32, K=64, bf16
+
+
+def sweep(model, layouts, tmp_path, space=None, **request):
+    resolved = resolve_layouts(model, layouts)
+    fields = {
+        "batch_sizes": (2, 4),
+        "space": tuple(space or load_space(str(DATA / "tiny-space.json"))),
+        "save_dir": tmp_path,
+        "device_name": "NVIDIA H200",
+        **request,
+    }
+    return plan_sweep(model, layouts, resolved, DeviceLimits.h200(), **fields)
+
+
+def test_expand_layouts_is_the_product_in_order_without_duplicates():
+    layouts = expand_layouts([1, 2], dtypes=["bf16", "fp8_w8a8", "bf16"])
+    assert [layout.label() for layout in layouts] == [
+        "TP1 bf16",
+        "TP1 fp8_w8a8",
+        "TP2 bf16",
+        "TP2 fp8_w8a8",
+    ]
+    assert [x.label() for x in expand_layouts([8, 4], ep=True)] == ["TP8 EP auto", "TP4 EP auto"]
+    sglang = expand_layouts([8], ep_sizes=[2, 8], dtypes=["bf16"])
+    assert sglang == [Layout(8, False, 2, "bf16"), Layout(8, False, 8, "bf16")]
+    with pytest.raises(MoetuneError, match="pass one"):
+        expand_layouts([8], ep=True, ep_sizes=[2])
+
+
+def test_layouts_with_the_same_shape_share_one_plan_and_one_store(tmp_path):
+    # auto is bf16 for this checkpoint: 4 layouts, 2 shapes.
+    layouts = expand_layouts([1, 2], dtypes=["auto", "bf16"])
+    plan = sweep(TINY, layouts, tmp_path)
+    assert [group.problem.key() for group in plan.groups] == [
+        "E=4,N=32,K=64,topk=2,dtype=bf16",
+        "E=4,N=16,K=64,topk=2,dtype=bf16",
+    ]
+    assert [group.labels() for group in plan.groups] == [
+        ["TP1 auto", "TP1 bf16"],
+        ["TP2 auto", "TP2 bf16"],
+    ]
+    assert [p.problem for p in plan.plans] == [g.problem for g in plan.groups]
+    assert {p.store_path for p in plan.plans} == {tmp_path / "measurements.jsonl"}
+    assert not plan.skipped
+    files = [path for p in plan.plans for path in p.files]
+    assert len(files) == len(set(files)) == 2 * len(plan.plans[0].files)  # no file shared
+
+
+def test_layouts_that_cannot_split_are_skipped_with_the_reason(tmp_path):
+    layouts = expand_layouts([1, 2, 4], ep_sizes=[2, 4], dtypes=["bf16"])
+    plan = sweep(TINY, layouts, tmp_path)
+    reasons = {s.layout.label(): s.reason for s in plan.skipped}
+    assert set(reasons) == {"TP1 EP2 bf16", "TP1 EP4 bf16", "TP2 EP4 bf16", "TP4 EP4 bf16"}
+    assert reasons["TP1 EP2 bf16"].startswith("--ep-size 2 does not divide --tp 1")
+    assert reasons["TP4 EP4 bf16"] == "top-k 2 exceeds the 1 expert(s) left on a rank"
+    assert [g.labels() for g in plan.groups] == [["TP2 EP2 bf16"], ["TP4 EP2 bf16"]]
+    lines = sweep_lines(plan)
+    assert "Layouts:     6 asked, 2 valid, 2 distinct per-rank shape(s) to tune, 4 skipped" in lines
+    assert any(line.startswith("  TP4 EP4 bf16  skipped: top-k 2 exceeds") for line in lines)
+    data = sweep_json(plan)
+    by_label = {entry["layout"]: entry for entry in data["layouts"]}
+    assert by_label["TP2 EP2 bf16"]["shape"] == "E=2,N=32,K=64,topk=2,dtype=bf16"
+    assert by_label["TP2 EP2 bf16"]["skipped"] is None
+    assert by_label["TP1 EP2 bf16"]["shape"] is None and by_label["TP1 EP2 bf16"]["skipped"]
+    assert [shape["layouts"] for shape in data["shapes"]] == [["TP2 EP2 bf16"], ["TP4 EP2 bf16"]]
+
+
+def test_a_sweep_with_no_valid_layout_is_an_error_naming_each_reason(tmp_path):
+    layouts = expand_layouts([4, 8], ep=True, dtypes=["bf16"])
+    with pytest.raises(TuneError) as error:
+        sweep(TINY, layouts, tmp_path)
+    message = str(error.value)
+    assert message.startswith("no layout can be tuned: TP4 EP bf16: top-k 2 exceeds")
+    assert "TP8 EP bf16: --tp 8 --ep cannot split 4 experts" in message
+
+
+def test_bf16_and_fp16_write_the_same_file_names_so_the_second_is_skipped(tmp_path):
+    plan = sweep(TINY, expand_layouts([1], dtypes=["bf16", "fp16"]), tmp_path)
+    assert [g.labels() for g in plan.groups] == [["TP1 bf16"]]
+    (skipped,) = plan.skipped
+    assert skipped.layout.label() == "TP1 fp16"
+    assert "same names as TP1 bf16's" in skipped.reason
+
+
+def test_fp8_w8a8_of_a_bf16_checkpoint_is_per_tensor(tmp_path):
+    # Today's semantics, kept: no block shape unless the checkpoint has weight blocks.
+    plan = sweep(TINY, expand_layouts([1], dtypes=["bf16", "fp8_w8a8"]), tmp_path)
+    assert [g.problem.dtype for g in plan.groups] == ["bf16", "fp8_w8a8"]
+    assert plan.groups[1].problem.block_shape is None
+
+
+def test_estimate_counts_pruned_pairs_at_the_h200_rates(tmp_path):
+    qwen = expand_layouts([1], dtypes=["bf16"])
+    plan = sweep(
+        "Qwen/Qwen3-30B-A3B",
+        qwen,
+        tmp_path,
+        space=default_space(),
+        batch_sizes=tuple(DEFAULT_BATCH_SIZES),
+    )
+    (tune,) = plan.plans
+    est = estimate(tune)
+    pairs = sum(len(r.kept) for r in tune.pruning.values())
+    assert est.pairs == pairs
+    assert est.timed == math.ceil(pairs * FAST_SEARCH_SHARE) + 18
+    assert est.seconds == pytest.approx(SECONDS_PER_SHAPE + SECONDS_PER_TIMED * est.timed)
+    assert est.split  # both engines: the SGLang split tune follows, and is flagged, not guessed
+    vllm_only = sweep(TINY, qwen, tmp_path, engines=("vllm",)).plans[0]
+    assert not estimate(vllm_only).split
+    # bench/results/tune-h200.md: this tune took 136 s on an H200.
+    assert 100 < est.seconds < 170
+    exhaustive = sweep(TINY, qwen, tmp_path, search="exhaustive").plans[0]
+    assert estimate(exhaustive).timed == 3 * 2 + 2
+
+
+@pytest.mark.parametrize(
+    ("model", "slug"),
+    [
+        ("Qwen/Qwen3-30B-A3B", "Qwen__Qwen3-30B-A3B"),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-ai__DeepSeek-V3"),
+        (TINY, "tiny-moe"),
+        (TINY + "/config.json", "tiny-moe"),
+        (TINY + "/", "tiny-moe"),
+        ("org/we ird:name", "org__we_ird_name"),
+    ],
+)
+def test_model_slug_is_file_system_safe(model, slug):
+    assert model_slug(model) == slug
+
+
+def test_default_save_dir_is_absolute_under_moetune_results(tmp_path):
+    path = default_save_dir("Qwen/Qwen3-30B-A3B", cwd=tmp_path)
+    assert path == tmp_path / "moetune-results" / "Qwen__Qwen3-30B-A3B"
+    assert path.is_absolute() and not path.exists()
+
+
+def test_a_kernel_tune_cannot_time_skips_its_layout_in_a_sweep_and_fails_a_single_one(tmp_path):
+    catalog = Path(__file__).resolve().parent.parent.parent / "moetune" / "catalog"
+    gptq = str(catalog / "Qwen__Qwen3-30B-A3B-GPTQ-Int4.json")
+    layouts = expand_layouts([1], dtypes=["auto", "bf16"])
+    plan = sweep(gptq, layouts, tmp_path, space=default_space())
+    assert [g.labels() for g in plan.groups] == [["TP1 bf16"]]
+    (skipped,) = plan.skipped
+    assert skipped.layout.label() == "TP1 auto"
+    assert skipped.reason.startswith("moetune tune cannot time int4_w4a16")
+    with pytest.raises(TuneError, match="^moetune tune cannot time int4_w4a16"):
+        sweep(gptq, layouts[:1], tmp_path, space=default_space(), is_sweep=False)
