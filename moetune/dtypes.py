@@ -20,6 +20,10 @@ file names); "bf16"/"fp16" are the unquantized kernel, which the file names leav
 
 from __future__ import annotations
 
+from typing import Any
+
+from moetune.errors import TuneError
+
 UNQUANTIZED_DTYPES = ("bf16", "fp16")
 QUANT_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")
 # Every kernel dtype the kernel, the tuner and `--dtype` accept (besides "auto").
@@ -79,3 +83,36 @@ def accepted_summary() -> str:
         if dtypes:
             text += f"; {', '.join(dtypes)} also {what}"
     return text
+
+
+def quant_details(options: dict[str, Any], kernel: Any, dtype: str) -> dict[str, Any]:
+    """block_shape / per_channel / group_size / has_zp of the problem: the checkpoint's
+    (as extract reports them), overridden by --per-channel-quant and --group-size.
+
+    The engines' ``block_shape=[0, group_size]`` of weight-only group quantization
+    becomes `group_size`; only a full ``[block_n, block_k]`` stays a block shape.
+    """
+    block = tuple(kernel.block_shape) if kernel.block_shape else None
+    checkpoint_group = getattr(kernel, "group_size", None)
+    if block is not None and not block[0]:
+        checkpoint_group, block = block[1] or None, None
+    group_size = options.get("group_size") or checkpoint_group
+    if group_size is not None and dtype not in GROUP_QUANT_DTYPES:
+        if options.get("group_size"):
+            raise TuneError(f"--group-size applies to {', '.join(GROUP_QUANT_DTYPES)}, not {dtype}")
+        group_size = None
+    if dtype in GROUP_QUANT_DTYPES and group_size is None:
+        group_size = DEFAULT_INT4_GROUP_SIZE
+    per_channel = bool(options.get("per_channel_quant"))
+    if per_channel and dtype not in PER_CHANNEL_DTYPES:
+        raise TuneError(
+            f"--per-channel-quant applies to {', '.join(PER_CHANNEL_DTYPES)}, not {dtype}"
+        )
+    per_channel = (
+        per_channel
+        or dtype in ALWAYS_PER_CHANNEL_DTYPES
+        or (dtype in PER_CHANNEL_DTYPES and bool(getattr(kernel, "per_channel", False)))
+    )
+    zero_point = getattr(kernel, "has_zp", None) or getattr(kernel, "zero_point", None)
+    has_zp = dtype in GROUP_QUANT_DTYPES and bool(zero_point)
+    return dict(block_shape=block, per_channel=per_channel, group_size=group_size, has_zp=has_zp)

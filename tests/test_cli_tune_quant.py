@@ -65,7 +65,9 @@ def test_int4_tune_runs_and_writes_valid_files(tmp_path):
     result = moetune(tune_args(tmp_path, "--dtype", "int4_w4a16", "--group-size", "32", "--json"))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert [row["config"]["BLOCK_SIZE_K"] for row in summary["results"]] == [32, 32]
+    # The winner is a searched candidate or an engine baseline that competed (vLLM's int4
+    # fallback); either way its BLOCK_SIZE_K is a whole number of int4 groups.
+    assert all(row["config"]["BLOCK_SIZE_K"] % 32 == 0 for row in summary["results"])
     assert all(row["rel_rms"] is not None and row["rel_rms"] < 3e-2 for row in summary["results"])
     triton = summary["plan"]["triton_version"].replace(".", "_")
     validate_tuned_config(

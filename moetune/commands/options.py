@@ -17,10 +17,8 @@ import click
 
 from moetune.commands.texts import DEVICE_NAME_HELP
 from moetune.dtypes import (
-    ALWAYS_PER_CHANNEL_DTYPES,
     DEFAULT_INT4_GROUP_SIZE,
-    GROUP_QUANT_DTYPES,
-    PER_CHANNEL_DTYPES,
+    quant_details,
 )
 from moetune.errors import TuneError
 from moetune.extract.filenames import TUNABLE_ENGINE_DTYPES
@@ -260,36 +258,3 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         devices=machine.devices,
         notes=notes,
     )
-
-
-def quant_details(options: dict[str, Any], kernel: Any, dtype: str) -> dict[str, Any]:
-    """block_shape / per_channel / group_size / has_zp of the problem: the checkpoint's
-    (as extract reports them), overridden by --per-channel-quant and --group-size.
-
-    The engines' ``block_shape=[0, group_size]`` of weight-only group quantization
-    becomes `group_size`; only a full ``[block_n, block_k]`` stays a block shape.
-    """
-    block = tuple(kernel.block_shape) if kernel.block_shape else None
-    checkpoint_group = getattr(kernel, "group_size", None)
-    if block is not None and not block[0]:
-        checkpoint_group, block = block[1] or None, None
-    group_size = options.get("group_size") or checkpoint_group
-    if group_size is not None and dtype not in GROUP_QUANT_DTYPES:
-        if options.get("group_size"):
-            raise TuneError(f"--group-size applies to {', '.join(GROUP_QUANT_DTYPES)}, not {dtype}")
-        group_size = None
-    if dtype in GROUP_QUANT_DTYPES and group_size is None:
-        group_size = DEFAULT_INT4_GROUP_SIZE
-    per_channel = bool(options.get("per_channel_quant"))
-    if per_channel and dtype not in PER_CHANNEL_DTYPES:
-        raise TuneError(
-            f"--per-channel-quant applies to {', '.join(PER_CHANNEL_DTYPES)}, not {dtype}"
-        )
-    per_channel = (
-        per_channel
-        or dtype in ALWAYS_PER_CHANNEL_DTYPES
-        or (dtype in PER_CHANNEL_DTYPES and bool(getattr(kernel, "per_channel", False)))
-    )
-    zero_point = getattr(kernel, "has_zp", None) or getattr(kernel, "zero_point", None)
-    has_zp = dtype in GROUP_QUANT_DTYPES and bool(zero_point)
-    return dict(block_shape=block, per_channel=per_channel, group_size=group_size, has_zp=has_zp)

@@ -187,6 +187,7 @@ def tune(
         machine.limits,
         is_sweep=len(layouts) > 1,
         adapt=_routing_adapter(routing),
+        quant_options=model,
         batch_sizes=tuple(sorted({m for ms in batch_sizes for m in ms}))
         or tuple(DEFAULT_BATCH_SIZES),
         space=tuple(load_space(space_file) if space_file else default_space()),

@@ -35,10 +35,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from moetune.dtypes import quant_details
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
 from moetune.tune.measurer import Backend
-from moetune.tune.output import skipped_engines
+from moetune.tune.output import ENGINES, skipped_engines
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import (
     TunePlan,
@@ -61,11 +62,13 @@ ESTIMATE_NOTE = (
 )
 
 
-def problem_of(shard: LayoutShard) -> TuneProblem:
-    """The kernel problem one rank of this layout runs."""
+def problem_of(shard: LayoutShard, quant_options: dict[str, Any] | None = None) -> TuneProblem:
+    """The kernel problem one rank of this layout runs (`quant_options`: --group-size,
+    --per-channel-quant over the checkpoint's quantization)."""
     kernel = shard.kernel_dtype
     dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
-    return TuneProblem.from_sharded(shard.sharded, dtype, kernel.block_shape)
+    quant = quant_details(quant_options or {}, kernel, dtype)
+    return TuneProblem.from_sharded(shard.sharded, dtype, **quant)
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,13 @@ class ShapeGroup:
         return [layout.label() for layout in self.layouts]
 
 
-def group_layouts(shards: Sequence[LayoutShard]) -> list[ShapeGroup]:
+def group_layouts(
+    shards: Sequence[LayoutShard], quant_options: dict[str, Any] | None = None
+) -> list[ShapeGroup]:
     """Layouts grouped by their problem, in the order each problem first appears."""
     groups: dict[TuneProblem, list[LayoutShard]] = {}
     for shard in shards:
-        groups.setdefault(problem_of(shard), []).append(shard)
+        groups.setdefault(problem_of(shard, quant_options), []).append(shard)
     return [
         ShapeGroup(
             problem,
@@ -165,6 +170,7 @@ def plan_sweep(
     *,
     is_sweep: bool = True,
     adapt: Callable[[TuneProblem], TuneProblem] | None = None,
+    quant_options: dict[str, Any] | None = None,
     **request: Any,
 ) -> SweepPlan:
     """One `TunePlan` per distinct problem; `request` holds the `TuneRequest` fields but the problem.
@@ -186,7 +192,7 @@ def plan_sweep(
     groups: list[ShapeGroup] = []
     plans: list[TunePlan] = []
     owners: dict[Path, ShapeGroup] = {}
-    for group in group_layouts(shards):
+    for group in group_layouts(shards, quant_options):
         if adapt is not None:
             try:
                 group = replace(group, problem=adapt(group.problem))
@@ -197,13 +203,14 @@ def plan_sweep(
         # A sweep names the config source once, above the shapes.
         source = labels if is_sweep else f"{resolved.loaded.description}, {labels}"
         refused = skipped_engines(group.problem)  # e.g. vLLM has no int8_w8a8 file name
-        engines = tuple(e for e in request["engines"] if e not in refused)
+        asked = tuple(request.get("engines", ENGINES))
+        engines = tuple(e for e in asked if e not in refused)
         if not engines:
-            reason = refused[request["engines"][0]]
+            reason = refused[asked[0]]
             skipped.extend(SkippedLayout(layout, reason) for layout in group.layouts)
             continue
         if refused:
-            notes = tuple(refused[e] for e in request["engines"] if e in refused)
+            notes = tuple(refused[e] for e in asked if e in refused)
             group = replace(group, notes=group.notes + notes)
         fields = {**request, "engines": engines}
         plan = make_plan(TuneRequest(problem=group.problem, source=source, **fields), limits)

@@ -159,12 +159,13 @@ def test_default_save_dir_is_absolute_under_moetune_results(tmp_path):
 
 def test_a_kernel_tune_cannot_time_skips_its_layout_in_a_sweep_and_fails_a_single_one(tmp_path):
     catalog = Path(__file__).resolve().parent.parent.parent / "moetune" / "catalog"
-    gptq = str(catalog / "Qwen__Qwen3-30B-A3B-GPTQ-Int4.json")
-    layouts = expand_layouts([1], dtypes=["auto", "bf16"])
-    plan = sweep(gptq, layouts, tmp_path, space=default_space())
-    assert [g.labels() for g in plan.groups] == [["TP1 bf16"]]
+    # fp8 with static activation scales: the kernel computes its scales per batch.
+    static = str(catalog / "mistralai__Mistral-Small-4-119B-2603.json")
+    layouts = expand_layouts([2], dtypes=["auto", "bf16"])
+    plan = sweep(static, layouts, tmp_path, space=default_space())
+    assert [g.labels() for g in plan.groups] == [["TP2 bf16"]]
     (skipped,) = plan.skipped
-    assert skipped.layout.label() == "TP1 auto"
-    assert skipped.reason.startswith("moetune tune cannot time int4_w4a16")
-    with pytest.raises(TuneError, match="^moetune tune cannot time int4_w4a16"):
-        sweep(gptq, layouts[:1], tmp_path, space=default_space(), is_sweep=False)
+    assert skipped.layout.label() == "TP2 auto"
+    assert skipped.reason.startswith("moetune tune cannot time fp8_w8a8")
+    with pytest.raises(TuneError, match="^moetune tune cannot time fp8_w8a8"):
+        sweep(static, layouts[:1], tmp_path, space=default_space(), is_sweep=False)
