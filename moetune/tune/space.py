@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from moetune.engines.lookup import ENGINE_BATCH_SIZES
 from moetune.errors import TuneError
 from moetune.kernel.config import CONFIG_KEYS
 from moetune.roofline import ACT_BYTES, WEIGHT_BYTES
@@ -41,26 +42,8 @@ DEFAULT_VALUES: dict[str, tuple[int, ...]] = {
     "num_stages": (2, 3, 4, 5),
 }
 
-DEFAULT_BATCH_SIZES = (
-    1,
-    2,
-    4,
-    8,
-    16,
-    24,
-    32,
-    48,
-    64,
-    96,
-    128,
-    256,
-    512,
-    1024,
-    1536,
-    2048,
-    3072,
-    4096,
-)
+# The engines' tuners' 18 batch sizes, 1 ... 4096 (one list: moetune.engines.lookup).
+DEFAULT_BATCH_SIZES = ENGINE_BATCH_SIZES
 
 _TILE_PARAMS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")
 
