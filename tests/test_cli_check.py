@@ -160,3 +160,41 @@ def test_check_imports_neither_torch_triton_nor_the_engines(tmp_path):
     assert probe["loaded"] == []
     assert probe["code"] in (0, 4)
     assert probe["report"]["local_experts"] == 128
+
+
+def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys):
+    # gpt-oss ships mxfp4 experts: neither engine serves them with the Triton kernel these
+    # files tune, so check says so and exits 0 instead of asking for a tune.
+    code, out, _ = run(
+        capsys, "check", "-m", "openai/gpt-oss-120b", "--tp", "2", "--device-name", "NVIDIA H200"
+    )
+    assert code == 0, out
+    assert out.count("reads no Triton config file: nothing to tune") == 2
+    assert "to fill the gap" not in out and "MISSING" not in out
+    assert "No engine is missing a file it reads (exit status 0)." in out
+
+
+def test_mxfp4_checkpoint_with_a_dtype_override_still_looks_the_file_up(capsys):
+    args = (
+        "check",
+        "-m",
+        "openai/gpt-oss-120b",
+        "--tp",
+        "2",
+        "--dtype",
+        "bf16",
+        "--engine",
+        "vllm",
+    )
+    code, out, _ = run(capsys, *args, "--device-name", "NVIDIA H200")
+    assert code == 4 and "reads no Triton config file" not in out
+
+
+def test_gptq_checkpoint_names_the_default_kernel_and_the_triton_path(capsys):
+    args = ("check", "-m", "Qwen/Qwen3-30B-A3B-GPTQ-Int4", "--engine", "vllm", "--json")
+    code, out, _ = run(capsys, *args, "--device-name", "NVIDIA H200")
+    assert code == 4
+    (vllm_check,) = json.loads(out)["engines"]
+    assert vllm_check["needs_file"] is True
+    assert "does not read this file" in vllm_check["kernel_note"]
+    assert "moe_wna16" in vllm_check["kernel_note"]

@@ -28,17 +28,23 @@ class EngineCheck:
     down: Lookup | None
     fallback: dict[int, dict[str, Any]]  # the engine's default config at the 18 batch sizes
     tune_command: str
+    # A quantized checkpoint under --dtype auto: the kernel the engine serves its experts
+    # with, and whether that kernel reads tuned files at all (mxfp4, nvfp4: no file exists).
+    kernel_note: str | None = None
+    needs_file: bool = True
 
     @property
     def present(self) -> bool:
         # A missing _down file is reported but is not a gap: SGLang runs the down GEMM
-        # with the up config then.
-        return self.lookup.present
+        # with the up config then. An engine whose kernel reads no file has no gap either.
+        return self.lookup.present or not self.needs_file
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.lookup.to_dict(),
             "present": self.present,
+            "needs_file": self.needs_file,
+            "kernel_note": self.kernel_note,
             "down": None if self.down is None else self.down.to_dict(),
             "fallback_configs": {str(m): c for m, c in self.fallback.items()},
             "tune_command": self.tune_command,
@@ -107,8 +113,35 @@ def check_engines(
                 extra_dirs=extra,
             )
             table = sglang.fallback_table(ENGINE_BATCH_SIZES, *dims)
-        checks.append(EngineCheck(engine, found, down, table, tune_command(options, engine)))
+        note, needs_file = _serving_kernel(report, engine, options)
+        checks.append(
+            EngineCheck(engine, found, down, table, tune_command(options, engine), note, needs_file)
+        )
     return checks
+
+
+def _serving_kernel(
+    report: Any, engine: str, options: Mapping[str, Any]
+) -> tuple[str | None, bool]:
+    """What serves a quantized checkpoint's experts by default (`--dtype auto` only):
+    ``(note, needs_file)``; ``(None, True)`` for unquantized checkpoints or a --dtype override."""
+    quant, plans = getattr(report, "quant", None), getattr(report, "engine_plans", None)
+    if options.get("dtype", "auto") != "auto" or not quant or not plans or quant.experts is None:
+        return None, True
+    plan = plans.get(quant.experts.name, {}).get(engine)
+    if plan is None:
+        return None, True
+    label = LABELS[engine]
+    if plan.file_name is None:
+        return (
+            f"{label} serves this checkpoint's experts with {plan.kernel}, which reads no "
+            "Triton config file: nothing to tune",
+            False,
+        )
+    if not plan.reads_files:
+        path = f"; it is read on the Triton path ({plan.triton})" if plan.triton else ""
+        return f"{label}'s default kernel here, {plan.kernel}, does not read this file{path}", True
+    return None, True
 
 
 def fallback_lines(table: dict[int, dict[str, Any]]) -> list[str]:
