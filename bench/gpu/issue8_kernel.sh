@@ -11,6 +11,8 @@ set -u
 OUT=${OUT:-bench/results/issue8-kernel}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 MOETUNE_GPU_TESTS=1
+# bench/parity.py imports moetune from this checkout (a script's own folder comes first on sys.path).
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 START=$SECONDS
 log() { echo "[$((SECONDS - START))s] $*" | tee -a "$OUT/steps.txt"; }
 
