@@ -5,5 +5,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$(mktemp -d)}"
 export OUT
+mkdir -p "$OUT"
 timeout 90 python bench/gpu/ceilings.py 2>&1 | tee "$OUT/ceilings.log"
 echo "results in $OUT"
