@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,17 @@ def summarize(rows: dict[int, dict[str, Any]]) -> list[tuple[int, int, dict[str,
         else:
             ranges.append((m, m, rows[m]))
     return ranges
+
+
+def engine_fallback_table(
+    default_config: Callable[..., dict[str, Any]],
+    batch_sizes: Sequence[int],
+    E: int,
+    N: int,
+    K: int,
+    topk: int,
+    dtype: str | None,
+    block_shape: Sequence[int] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """An engine's `default_config` at each batch size (each engine module binds its own)."""
+    return {m: default_config(m, E, N, K, topk, dtype, block_shape) for m in batch_sizes}

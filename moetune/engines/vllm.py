@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
 
-from moetune.engines.lookup import Lookup, package_dir
+from moetune.engines.lookup import Lookup, engine_fallback_table, package_dir
 from moetune.extract.filenames import vllm_config_filename
 
 ENGINE = "vllm"
@@ -141,14 +141,5 @@ def lookup(
     )
 
 
-def fallback_table(
-    batch_sizes: Sequence[int],
-    E: int,
-    N: int,
-    K: int,
-    topk: int,
-    dtype: str | None,
-    block_shape: Sequence[int] | None = None,
-) -> dict[int, dict[str, Any]]:
-    """`default_config` at each batch size."""
-    return {m: default_config(m, E, N, K, topk, dtype, block_shape) for m in batch_sizes}
+# `default_config` at each batch size: what the engine runs with no tuned file.
+fallback_table = partial(engine_fallback_table, default_config)
