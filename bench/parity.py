@@ -11,6 +11,13 @@ Three kernels run in one process on the same inputs:
 - ``before``: the same function at a044f6c (bench/parity_baseline/), the kernel
   before the parity work.
 
+int4 w4a16 shapes (``*-int4``) compare the engines' int4 path instead: vLLM's
+``fused_moe_kernel_gptq_awq`` (same commit, its own saved source, e.g.
+.vllm_ref/fused_moe_kernel_gptq_awq.py) launched as ``invoke_fused_moe_kernel``
+launches it for ``block_shape=[0, group_size]`` (N and K constexpr, ``block_k_diviable``,
+its stride order), against `moetune.kernel.fused_moe_wna16_kernel.invoke_fused_moe_wna16_gemm`,
+on the same packed weights, group scales, inputs and alignment (no ``before`` kernel).
+
 Method (that of ../shared/notes/fidelity-h200.md): per (shape, M), 10 token sets, each
 with its own x and routing (random logits, softmax, top-k, renormalized), shared by all
 kernels together with the alignment; a call is GEMM1 (x @ w1) plus GEMM2 (act @ w2,
@@ -22,9 +29,15 @@ error of GEMM1's and GEMM2's outputs).
 
     python bench/parity.py --vllm-ref .vllm_ref/fused_moe_kernel_13cb3e44.py --out DIR
 
-Without `--vllm-ref` (or with a missing file) the vllm kernel is skipped and said so;
-without a GPU the script exits with a one-line message. Results: DIR/parity.json
-(rewritten after every point) and DIR/parity.md.
+    python bench/parity.py --shapes qwen3-30b-a3b-tp1-int4 --batch-sizes 16,256,1024,4096 \
+        --vllm-ref .vllm_ref/fused_moe_kernel_gptq_awq.py --out DIR
+
+Without `--vllm-ref` (or with a missing file, or one without the shape's kernel) the
+vllm kernel is skipped and said so; without a GPU the script exits with a one-line
+message. `--check-only` runs the correctness check alone (no timing); with
+TRITON_INTERPRET=1 it runs on the CPU (activations and scales in fp16 there: the
+interpreter has no bf16 dot), e.g. ``--shapes tiny-int4 --batch-sizes 3``.
+Results: DIR/parity.json (rewritten after every point) and DIR/parity.md.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ import argparse
 import datetime
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -59,7 +73,12 @@ SHAPES = {
     "mixtral-8x7b-tp2": (8, 7168, 4096, 2, "bf16", None, "E=8,N=7168,device_name=NVIDIA_H200.json"),
     "kimi-k3-tp8ep": (112, 3072, 3584, 16, "bf16", None, None),
     "deepseek-v3-tp8": (256, 256, 7168, 8, "fp8_w8a8", (128, 128), None),
+    "qwen3-30b-a3b-tp1-int4": (128, 768, 2048, 8, "int4_w4a16", None, None),
+    "tiny-int4": (4, 64, 256, 2, "int4_w4a16", None, None),  # CPU smoke (--check-only)
 }
+DEFAULT_SHAPES = ("qwen3-30b-a3b-tp1", "mixtral-8x7b-tp2", "kimi-k3-tp8ep", "deepseek-v3-tp8")
+# int4 w4a16 shapes: the group size along K (the engines' block_shape=[0, group_size]).
+GROUP_SIZES = {"qwen3-30b-a3b-tp1-int4": 128, "tiny-int4": 32}
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
 
@@ -73,10 +92,40 @@ NOTE_CONFIGS = {
     "bf16": {"t256": cfg("128/256/64/16/8/4"), "t128": cfg("128/128/64/1/8/3")},
     "fp8_w8a8": {"f64g32": cfg("64/128/128/32/4/4"), "f64g16": cfg("64/128/128/16/4/3")},
 }
+# int4 w4a16, by batch size: the H200 tune's measured bests (BLOCK_SIZE_N 32, BLOCK_SIZE_K
+# 256: M=16 and M=256, bench/results/h200-2026-12-01/quant/int4.measurements.jsonl.gz)
+# and a wgmma tile (BLOCK_SIZE_M 64 / 128).
+INT4_CONFIGS = {
+    16: {
+        "best16": cfg("16/32/256/16/4/4"),
+        "best256": cfg("32/32/256/32/4/2"),
+        "m64": cfg("64/32/128/16/4/3"),
+    },
+    256: {
+        "best256": cfg("32/32/256/32/4/2"),
+        "best16": cfg("16/32/256/16/4/4"),
+        "m64": cfg("64/32/128/16/4/3"),
+    },
+    1024: {
+        "best256": cfg("32/32/256/32/4/2"),
+        "m64": cfg("64/32/128/16/4/3"),
+        "m128": cfg("128/64/128/16/8/3"),
+    },
+    4096: {
+        "best256": cfg("32/32/256/32/4/2"),
+        "m64": cfg("64/32/128/16/4/3"),
+        "m128": cfg("128/64/128/16/8/3"),
+    },
+}
+TINY_INT4_CONFIGS = {"n32k64": cfg("16/32/64/1/4/2"), "n64k32": cfg("32/64/32/1/4/2")}
 
 
 def configs_for(shape: str, M: int) -> dict[str, dict]:
     E, N, K, top_k, dtype, block_shape, vllm_file = SHAPES[shape]
+    if shape == "tiny-int4":
+        return dict(TINY_INT4_CONFIGS)
+    if dtype == "int4_w4a16":
+        return dict(INT4_CONFIGS[min(INT4_CONFIGS, key=lambda m: abs(m - M))])
     configs = dict(NOTE_CONFIGS[dtype])
     if vllm_file and (VLLM_CONFIG_DIR / vllm_file).exists():
         table = json.loads((VLLM_CONFIG_DIR / vllm_file).read_text())
@@ -102,8 +151,8 @@ def load_module(path: Path, name: str):
     return module
 
 
-def load_vllm_kernel(path: Path):
-    """vLLM's ``fused_moe_kernel`` from its saved source, with ``vllm.triton_utils`` shimmed."""
+def load_vllm_kernel(path: Path, name: str = "fused_moe_kernel"):
+    """vLLM's kernel `name` from its saved source, with ``vllm.triton_utils`` shimmed."""
     import triton
     import triton.language as tl
 
@@ -114,7 +163,7 @@ def load_vllm_kernel(path: Path):
         utils.tl, utils.triton = tl, triton
         package.triton_utils = utils
         sys.modules["vllm"], sys.modules["vllm.triton_utils"] = package, utils
-    return load_module(path, "vllm_ref_fused_moe").fused_moe_kernel
+    return getattr(load_module(path, f"vllm_ref_{path.stem}"), name)
 
 
 def vllm_launcher(kernel):
@@ -202,7 +251,89 @@ def vllm_launcher(kernel):
     return launch
 
 
-def load_kernels(vllm_ref: str | None) -> tuple[dict, list[str]]:
+def vllm_wna16_launcher(kernel):
+    """vLLM's ``invoke_fused_moe_kernel``, int4 w4a16 branch (Triton path), around `kernel`.
+
+    Same keywords as `invoke_fused_moe_wna16_gemm`. vLLM's argument order differs from
+    moetune's: weight strides (expert, k, n), scale and zero-point strides (expert, k, n);
+    N and K are constexpr; ``block_k_diviable`` is ``K % BLOCK_SIZE_K == 0``.
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+    def launch(
+        a,
+        w,
+        c,
+        *,
+        w_scale,
+        w_zp,
+        group_size,
+        topk_weights,
+        sorted_token_ids,
+        expert_ids,
+        num_tokens_post_padded,
+        mul_routed_weight,
+        top_k,
+        config,
+    ):
+        c3 = c.view(-1, 1, c.shape[-1]) if c.dim() == 2 else c  # vLLM's C is [M, top_k, N]
+        M = a.size(0)
+        EM = sorted_token_ids.size(0)
+        if M < config["BLOCK_SIZE_M"]:
+            EM = min(sorted_token_ids.size(0), M * top_k * config["BLOCK_SIZE_M"])
+        grid = (
+            triton.cdiv(EM, config["BLOCK_SIZE_M"])
+            * triton.cdiv(w.size(1), config["BLOCK_SIZE_N"]),
+        )
+        kernel[grid](
+            a,
+            w,
+            c3,
+            w_scale,
+            w_zp,
+            topk_weights,
+            sorted_token_ids,
+            expert_ids,
+            num_tokens_post_padded,
+            w.size(1),
+            a.size(1),
+            EM,
+            M * top_k,
+            a.stride(0),
+            a.stride(1),
+            w.stride(0),
+            w.stride(2),
+            w.stride(1),
+            c3.stride(1),
+            c3.stride(2),
+            w_scale.stride(0),
+            w_scale.stride(2),
+            w_scale.stride(1),
+            w_zp.stride(0) if w_zp is not None else 0,
+            w_zp.stride(2) if w_zp is not None else 0,
+            w_zp.stride(1) if w_zp is not None else 0,
+            block_k_diviable=a.size(1) % config["BLOCK_SIZE_K"] == 0,
+            group_size=group_size,
+            MUL_ROUTED_WEIGHT=mul_routed_weight,
+            top_k=top_k,
+            compute_type=tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16,
+            has_zp=w_zp is not None,
+            use_int4_w4a16=True,
+            use_int8_w8a16=False,
+            SPLIT_K=1,
+            **config,
+        )
+        return c
+
+    return launch
+
+
+def load_kernels(vllm_ref: str | None, dtype: str = "bf16") -> tuple[dict, list[str]]:
+    """The kernels compared on `dtype`'s shapes, and notes on any left out."""
+    if dtype == "int4_w4a16":
+        return load_int4_kernels(vllm_ref)
     from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
 
     kernels, notes = {}, []
@@ -212,6 +343,22 @@ def load_kernels(vllm_ref: str | None) -> tuple[dict, list[str]]:
         notes.append(f"vllm kernel skipped: no reference source at {vllm_ref!r}")
     kernels["moetune"] = invoke_fused_moe_gemm
     kernels["before"] = load_module(BASELINE, "moetune_kernel_a044f6c").invoke_fused_moe_gemm
+    return kernels, notes
+
+
+def load_int4_kernels(vllm_ref: str | None) -> tuple[dict, list[str]]:
+    from moetune.kernel.fused_moe_wna16_kernel import invoke_fused_moe_wna16_gemm
+
+    kernels, notes = {}, []
+    name = "fused_moe_kernel_gptq_awq"
+    if vllm_ref and Path(vllm_ref).exists():
+        try:
+            kernels["vllm"] = vllm_wna16_launcher(load_vllm_kernel(Path(vllm_ref), name))
+        except AttributeError:
+            notes.append(f"int4 vllm kernel skipped: no {name} in {vllm_ref!r}")
+    else:
+        notes.append(f"int4 vllm kernel skipped: no reference source at {vllm_ref!r}")
+    kernels["moetune"] = invoke_fused_moe_wna16_gemm
     return kernels, notes
 
 
@@ -227,7 +374,7 @@ def token_sets(problem, M: int, top_k: int):
     for i in range(TOKEN_SETS):
         x = problem.x[i * M : (i + 1) * M]
         weights, ids = topk_routing(problem.router_logits[i * M : (i + 1) * M], top_k)
-        if problem.quant is not None:
+        if problem.quant is not None and problem.quant.dtype != "int4_w4a16":
             a1, a1_scale = per_token_group_quant_fp8(x, problem.quant.block_shape[1])
         else:
             a1, a1_scale = x, None
@@ -241,15 +388,32 @@ def dequant_act(a, scale, block_shape):
     return a.float() * scale.repeat_interleave(block_shape[1], dim=1)[:, : a.shape[1]]
 
 
+def expert_weights(problem, which: int, e: int):
+    """float32 weights of expert `e` of w1 or w2 (`which`), dequantized."""
+    from moetune.kernel.quant import dequantize_weights
+
+    quant = problem.quant
+    w = getattr(problem, f"w{which}")[e : e + 1]
+    scale = getattr(quant, f"w{which}_scale")[e : e + 1]
+    if quant.dtype == "int4_w4a16":
+        zp = getattr(quant, f"w{which}_zp")
+        return dequantize_weights(
+            w,
+            scale,
+            group_size=quant.group_size,
+            zero_points=None if zp is None else zp[e : e + 1],
+        )[0]
+    return dequantize_weights(w, scale, quant.block_shape)[0]
+
+
 def reference(problem, a1, a1_scale, a2, a2_scale, weights, ids):
     """float32 GEMM1 [M*top_k, 2N] and GEMM2 [M*top_k, K] (routed weight applied), per expert."""
     import torch
 
-    from moetune.kernel.quant import dequantize_weights
-
     quant = problem.quant
     block_shape = quant.block_shape if quant else None
-    E, two_n, K = problem.w1.shape
+    E, two_n = problem.w1.shape[:2]
+    K = problem.x.shape[1]  # (int4 packs two columns of w1 per byte)
     top_k = ids.shape[1]
     flat = ids.reshape(-1).long()
     x32 = dequant_act(a1, a1_scale, block_shape)
@@ -263,12 +427,7 @@ def reference(problem, a1, a1_scale, a2, a2_scale, weights, ids):
         if quant is None:
             w1e, w2e = problem.w1[e].float(), problem.w2[e].float()
         else:
-            w1e = dequantize_weights(problem.w1[e : e + 1], quant.w1_scale[e : e + 1], block_shape)[
-                0
-            ]
-            w2e = dequantize_weights(problem.w2[e : e + 1], quant.w2_scale[e : e + 1], block_shape)[
-                0
-            ]
+            w1e, w2e = (expert_weights(problem, which, e) for which in (1, 2))
         g1[slots] = x32[slots // top_k] @ w1e.T
         g2[slots] = (act32[slots] @ w2e.T) * weights.reshape(-1)[slots, None]
     return g1, g2
@@ -278,10 +437,33 @@ def rel_rms(ref, out) -> float:
     return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
+def half_precision(problem):
+    """`problem` with fp16 activations and scales (the CPU interpreter has no bf16 dot)."""
+    import dataclasses
+
+    import torch
+
+    quant = problem.quant
+    if quant is not None and quant.dtype == "int4_w4a16":
+        quant = dataclasses.replace(
+            quant, w1_scale=quant.w1_scale.half(), w2_scale=quant.w2_scale.half()
+        )
+    x = problem.x.half() if problem.x.dtype == torch.bfloat16 else problem.x
+    return dataclasses.replace(problem, x=x, quant=quant)
+
+
 # %% One point -----------------------------------------------------------------------------
 
 
-def measure_point(shape: str, M: int, problem, kernels: dict, rounds: int, budget_s: float) -> dict:
+def measure_point(
+    shape: str,
+    M: int,
+    problem,
+    kernels: dict,
+    rounds: int,
+    budget_s: float,
+    check_only: bool = False,
+) -> dict:
     import torch
 
     from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
@@ -290,6 +472,27 @@ def measure_point(shape: str, M: int, problem, kernels: dict, rounds: int, budge
     E, N, K, top_k, dtype, block_shape, _ = SHAPES[shape]
     quant = problem.quant
     quant_dtype = quant.dtype if quant else None
+    int4 = dtype == "int4_w4a16"
+    on_gpu = problem.x.is_cuda
+
+    def sync():
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    def weight_args(which, a_scale):
+        """Keywords for GEMM `which` (1: w1, 2: w2) besides the common ones."""
+        if int4:
+            zp = getattr(quant, f"w{which}_zp")
+            return dict(
+                w_scale=getattr(quant, f"w{which}_scale"), w_zp=zp, group_size=quant.group_size
+            )
+        return dict(
+            a_scale=a_scale,
+            w_scale=getattr(quant, f"w{which}_scale") if quant else None,
+            quant_dtype=quant_dtype,
+            block_shape=block_shape,
+        )
+
     configs = configs_for(shape, M)
     sets = token_sets(problem, M, top_k)
     act_dtype = problem.x.dtype
@@ -317,14 +520,11 @@ def measure_point(shape: str, M: int, problem, kernels: dict, rounds: int, budge
             a1,
             problem.w1,
             gate_up,
-            a_scale=a1_scale,
-            w_scale=quant.w1_scale if quant else None,
             topk_weights=None,
             mul_routed_weight=False,
             top_k=top_k,
             config=first,
-            quant_dtype=quant_dtype,
-            block_shape=block_shape,
+            **weight_args(1, a1_scale),
             **alignment(first["BLOCK_SIZE_M"], i),
         )
         if block_shape is not None:
@@ -337,28 +537,27 @@ def measure_point(shape: str, M: int, problem, kernels: dict, rounds: int, budge
         gate_up, down = buffers[i]
         a2, a2_scale = acts[i]
         align = alignment(config["BLOCK_SIZE_M"], i)
-        common = dict(config=config, quant_dtype=quant_dtype, block_shape=block_shape, **align)
         kernel(
             a1,
             problem.w1,
             gate_up,
-            a_scale=a1_scale,
-            w_scale=quant.w1_scale if quant else None,
             topk_weights=None,
             mul_routed_weight=False,
             top_k=top_k,
-            **common,
+            config=config,
+            **weight_args(1, a1_scale),
+            **align,
         )
         kernel(
             a2,
             problem.w2,
             down,
-            a_scale=a2_scale,
-            w_scale=quant.w2_scale if quant else None,
             topk_weights=weights,
             mul_routed_weight=True,
             top_k=1,
-            **common,
+            config=config,
+            **weight_args(2, a2_scale),
+            **align,
         )
 
     x, a1, a1_scale, weights, ids = sets[0]
@@ -382,8 +581,10 @@ def measure_point(shape: str, M: int, problem, kernels: dict, rounds: int, budge
                 gate_up.fill_(float("nan"))
                 down.fill_(float("nan"))
                 call(kernel, config, 0)  # compiles; checked below
-                torch.cuda.synchronize()
+                sync()
                 row["errors"][key] = [rel_rms(ref1, gate_up), rel_rms(ref2, down.view(-1, K))]
+                if check_only:
+                    continue
                 for i in range(TOKEN_SETS):
                     call(kernel, config, i)
                 torch.cuda.synchronize()
@@ -395,8 +596,11 @@ def measure_point(shape: str, M: int, problem, kernels: dict, rounds: int, budge
             except Exception as exc:  # noqa: BLE001 - recorded, the point goes on
                 row["errors"][key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 print(f"  {shape} M={M} {key}: {row['errors'][key]}", flush=True)
-                torch.cuda.synchronize()
+                sync()
     del ref1, ref2
+    if check_only:
+        row["rounds"] = 0
+        return row
     order = list(graphs)
     samples = {key: [] for key in order}
     for graph in graphs.values():  # warm-up
@@ -432,7 +636,9 @@ def measure_point(shape: str, M: int, problem, kernels: dict, rounds: int, budge
 
 def markdown(rows: list[dict], machine: dict, notes: list[str]) -> str:
     lines = [
-        "# GEMM parity: moetune's kernel vs vLLM's fused_moe_kernel (same run)",
+        "# GEMM parity: moetune's kernel vs vLLM's (same run)",
+        "",
+        "vLLM's `fused_moe_kernel`; for int4_w4a16 shapes its `fused_moe_kernel_gptq_awq`.",
         "",
         f"{machine}",
         "",
@@ -470,20 +676,44 @@ def markdown(rows: list[dict], machine: dict, notes: list[str]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--vllm-ref", help="file with vLLM's fused_moe_kernel source (.vllm_ref/...)"
+        "--vllm-ref",
+        help="file with vLLM's kernel source (.vllm_ref/...): fused_moe_kernel, or "
+        "fused_moe_kernel_gptq_awq for the int4 shapes",
     )
     parser.add_argument("--out", default="bench/results/parity", help="results folder")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(DEFAULT_SHAPES),
+        help=f"comma-separated, of {', '.join(SHAPES)}",
+    )
     parser.add_argument("--batch-sizes", default="1024,4096,256", help="comma-separated M")
     parser.add_argument("--rounds", type=int, default=20, help="replay rounds per point, at least")
     parser.add_argument(
         "--budget-s", type=float, default=270.0, help="stop starting points after this"
     )
+    parser.add_argument(
+        "--check-only",
+        action="store_true",
+        help="check every kernel against the float32 reference, time nothing "
+        "(on the CPU under TRITON_INTERPRET=1)",
+    )
     args = parser.parse_args(argv)
+    unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
+    if unknown:
+        print(
+            f"Error: unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}",
+            file=sys.stderr,
+        )
+        return 1
     import torch
     import triton
 
-    if not torch.cuda.is_available():
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if torch.cuda.is_available():
+        device = "cuda"
+    elif args.check_only and interpret:
+        device = "cpu"
+    else:
         print("Error: bench/parity.py needs a CUDA GPU", file=sys.stderr)
         return 1
     from moetune.fileio import atomic_write_json, atomic_write_text
@@ -491,21 +721,36 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    kernels, notes = load_kernels(args.vllm_ref)
+    shapes = args.shapes.split(",")
+    kernel_sets, notes = {}, []
+    for dtype in dict.fromkeys(SHAPES[shape][4] for shape in shapes):
+        kernel_sets[dtype], dtype_notes = load_kernels(args.vllm_ref, dtype)
+        notes += dtype_notes
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU (Triton interpreter)"
     machine = (
-        f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, Triton {triton.__version__}, "
+        f"{name}, torch {torch.__version__}, Triton {triton.__version__}, "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
     )
     print(machine, *notes, sep="\n", flush=True)
-    shapes = args.shapes.split(",")
     sizes = [int(m) for m in args.batch_sizes.split(",")]
     started = time.perf_counter()
     rows = []
     for shape in shapes:
         E, N, K, top_k, dtype, block_shape, _ = SHAPES[shape]
+        kernels = kernel_sets[dtype]
         problem = make_problem(
-            TOKEN_SETS * max(sizes), E, N, K, top_k, dtype, block_shape, device="cuda"
+            TOKEN_SETS * max(sizes),
+            E,
+            N,
+            K,
+            top_k,
+            dtype,
+            block_shape,
+            device=device,
+            group_size=GROUP_SIZES.get(shape),
         )
+        if device == "cpu":
+            problem = half_precision(problem)
         for M in sizes:
             elapsed = time.perf_counter() - started
             if elapsed > args.budget_s:
@@ -515,10 +760,13 @@ def main(argv=None) -> int:
                 10.0, (args.budget_s - elapsed) / (len(shapes) * len(sizes) - len(rows))
             )
             try:
-                row = measure_point(shape, M, problem, kernels, args.rounds, per_point)
+                row = measure_point(
+                    shape, M, problem, kernels, args.rounds, per_point, args.check_only
+                )
             except Exception:  # noqa: BLE001 - report and go on
                 traceback.print_exc()
-                torch.cuda.synchronize()
+                if device == "cuda":
+                    torch.cuda.synchronize()
                 continue
             rows.append(row)
             atomic_write_json(
@@ -527,11 +775,13 @@ def main(argv=None) -> int:
             atomic_write_text(out / "parity.md", markdown(rows, machine, notes))
             print(
                 f"[{time.perf_counter() - started:5.0f}s] {shape} M={M}: "
-                + ", ".join(f"{k} {v:.1f}" for k, v in row["us"].items()),
+                + ", ".join(f"{k} {v:.1f}" for k, v in row["us"].items())
+                + ("" if row["us"] else f"errors {row['errors']}"),
                 flush=True,
             )
         del problem
-        torch.cuda.empty_cache()
+        if device == "cuda":
+            torch.cuda.empty_cache()
     atomic_write_json(out / "parity.json", {"machine": machine, "notes": notes, "rows": rows})
     atomic_write_text(out / "parity.md", markdown(rows, machine, notes))
     print(markdown(rows, machine, notes))
