@@ -34,9 +34,10 @@ error of GEMM1's and GEMM2's outputs).
 
 Without `--vllm-ref` (or with a missing file, or one without the shape's kernel) the
 vllm kernel is skipped and said so; without a GPU the script exits with a one-line
-message. `--check-only` runs the correctness check alone (no timing); with
-TRITON_INTERPRET=1 it runs on the CPU (activations and scales in fp16 there: the
-interpreter has no bf16 dot), e.g. ``--shapes tiny-int4 --batch-sizes 3``.
+message. `--check-only` runs the correctness check alone (no timing; exit 1 if a
+kernel failed to run); with
+TRITON_INTERPRET=1 it runs on the CPU (bf16 activations, weights or int4 scales in
+fp16 there: vLLM's kernels take no bf16 dot in the interpreter), e.g. ``--shapes tiny-int4 --batch-sizes 3``.
 Results: DIR/parity.json (rewritten after every point) and DIR/parity.md.
 """
 
@@ -443,13 +444,19 @@ def half_precision(problem):
 
     import torch
 
+    if problem.x.dtype != torch.bfloat16:
+        return problem
     quant = problem.quant
-    if quant is not None and quant.dtype == "int4_w4a16":
+    if quant is None:
+        return dataclasses.replace(
+            problem, x=problem.x.half(), w1=problem.w1.half(), w2=problem.w2.half()
+        )
+    if quant.dtype == "int4_w4a16":
         quant = dataclasses.replace(
             quant, w1_scale=quant.w1_scale.half(), w2_scale=quant.w2_scale.half()
         )
-    x = problem.x.half() if problem.x.dtype == torch.bfloat16 else problem.x
-    return dataclasses.replace(problem, x=x, quant=quant)
+        return dataclasses.replace(problem, x=problem.x.half(), quant=quant)
+    return problem
 
 
 # %% One point -----------------------------------------------------------------------------
@@ -735,6 +742,7 @@ def main(argv=None) -> int:
     sizes = [int(m) for m in args.batch_sizes.split(",")]
     started = time.perf_counter()
     rows = []
+    failed = False
     for shape in shapes:
         E, N, K, top_k, dtype, block_shape, _ = SHAPES[shape]
         kernels = kernel_sets[dtype]
@@ -765,10 +773,12 @@ def main(argv=None) -> int:
                 )
             except Exception:  # noqa: BLE001 - report and go on
                 traceback.print_exc()
+                failed = True
                 if device == "cuda":
                     torch.cuda.synchronize()
                 continue
             rows.append(row)
+            failed |= any(not isinstance(e, list) for e in row["errors"].values())
             atomic_write_json(
                 out / "parity.json", {"machine": machine, "notes": notes, "rows": rows}
             )
@@ -785,7 +795,7 @@ def main(argv=None) -> int:
     atomic_write_json(out / "parity.json", {"machine": machine, "notes": notes, "rows": rows})
     atomic_write_text(out / "parity.md", markdown(rows, machine, notes))
     print(markdown(rows, machine, notes))
-    return 0
+    return 1 if args.check_only and failed else 0
 
 
 if __name__ == "__main__":
