@@ -30,9 +30,9 @@ log() { echo "[$((SECONDS - START))s] $*" | tee -a "$OUT/steps.txt"; }
 log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
 [ -f "$REF" ] || log "no $REF: the vllm kernel is left out (moetune's kernel and the error check still run)"
 log "bench/parity.py int4"
-timeout --kill-after=5 85 python bench/parity.py --shapes qwen3-30b-a3b-tp1-int4 \
+timeout --kill-after=2 86 python bench/parity.py --shapes qwen3-30b-a3b-tp1-int4 \
     --batch-sizes 16,256,1024,4096 --vllm-ref "$REF" --out "$OUT/parity" \
-    --budget-s 55 --rounds 15 > "$OUT/parity.log" 2>&1
+    --budget-s 62 --rounds 15 > "$OUT/parity.log" 2>&1
 log "parity rc=$?"
 tail -n 5 "$OUT/parity.log"
 python - "$OUT/parity/parity.json" <<'EOF' | tee "$OUT/summary.txt"
