@@ -14,13 +14,15 @@ means the same thing:
 
 Intermediates (the gate/up output, the per-slot down output) are left out: a
 perfect kernel would keep them on chip. `bandwidth` and `peak` are measured on
-the machine in the same run, not typed in (`Ceilings`, measured by
+the machine in the same run where they can be (`Ceilings`, from
 `moetune.tune.ceilings`):
 
-- bandwidth: READ bandwidth, by a streaming-read kernel (`moetune/kernel/stream_read.py`)
-  over 2 GiB: the weights are only read, so a copy's rate (read + write) would set
-  the floor too low. Where the measurement fails, or exceeds the GPU's HBM spec, the
-  spec is used and `bandwidth_source` says so.
+- bandwidth: READ bandwidth, the GPU's HBM spec (`HBM_SPEC_BYTES_PER_S`): the weights
+  are only read, and no kernel reads faster than the spec. A streaming-read kernel
+  (`moetune/kernel/stream_read.py`, 2 GiB) is measured beside it; it read 3.96-4.23
+  TB/s on an H200 while whole MoE calls streamed their weights at up to 4.19 TB/s, so
+  a floor on it could exceed the measured time. Only for a GPU missing from the
+  table does the measurement set the floor; `bandwidth_source` says which.
 - peak: the dense matmul rate of the dtype the kernel computes in: bf16 for bf16,
   fp16, int8_w8a16 and int4_w4a16 (weights are dequantized to 16 bits); an fp8
   e4m3 `torch._scaled_mm` for fp8_w8a8; `torch._int_mm` for int8_w8a8 (8192^3).

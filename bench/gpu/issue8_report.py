@@ -18,7 +18,8 @@ from pathlib import Path
 SHAPES = (
     ("qwen", "Qwen3-30B-A3B TP1 bf16 (E=128, N=768)", ("qwen-big", "qwen-small")),
     ("dsv3", "DeepSeek-V3 TP8 fp8 block (E=256, N=256)", ("dsv3-big", "dsv3-small")),
-    ("e256", "DeepSeek-V3 TP4 bf16 (E=256, N=512)", ("e256-big", "e256-small")),
+    ("e256", "DeepSeek-V3 TP4 bf16 (E=256, N=512, K=7168)", ("e256-big", "e256-small")),
+    ("q35", "Qwen3.5-35B-A3B TP1 bf16 (E=256, N=512, K=2048)", ("q35-big", "q35-small")),
     ("qwen-routing", "Qwen3-30B-A3B TP1 bf16, --routing skewed dump", ("qwen-routing",)),
 )
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")

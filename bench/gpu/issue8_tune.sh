@@ -4,7 +4,9 @@
 #   same harness (`moetune tune --engine sglang`, the "pair" timings of its store), for
 #     qwen   Qwen3-30B-A3B TP1 bf16        (E=128, N=768,  K=2048, top-8)
 #     dsv3   DeepSeek-V3 TP8 fp8 block     (E=256, N=256,  K=7168, top-8, [128, 128])
-#     e256   DeepSeek-V3 TP4 --dtype bf16  (E=256, N=512,  K=7168, top-8: SGLang PR #34150's shape)
+#     e256   DeepSeek-V3 TP4 --dtype bf16  (E=256, N=512,  K=7168, top-8)
+#     q35    Qwen3.5-35B-A3B TP1 bf16      (E=256, N=512,  K=2048, top-8: the E/N of SGLang PR #34150,
+#            whose 394 us at M=512 fits K=2048, not K=7168's 1.2 ms floor)
 #   and one `moetune tune --engine sglang` of Qwen3-30B TP1 with --routing from a skewed
 #   synthetic dump (generated here), with its wall time.
 #
@@ -37,6 +39,7 @@ for m in 1 2 4 8 16 24 32 48 64 96 128 256; do SMALL+=(--batch-size "$m"); done
 QWEN=(--model "${QWEN_MODEL:-Qwen/Qwen3-30B-A3B}" --tp 1 --space "$HERE/issue8_space_bf16.json")
 DSV3=(--model "${DSV3_MODEL:-deepseek-ai/DeepSeek-V3}" --tp 8 --space "$HERE/issue8_space_fp8.json")
 E256=(--model "${DSV3_MODEL:-deepseek-ai/DeepSeek-V3}" --tp 4 --dtype bf16 --space "$HERE/issue8_space_bf16.json")
+Q35=(--model "${Q35_MODEL:-Qwen/Qwen3.5-35B-A3B}" --tp 1 --space "$HERE/issue8_space_bf16.json")
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 report() {
@@ -68,7 +71,7 @@ step() { # step NAME LIMIT_S ARGS...: `moetune tune ARGS --json` with a time lim
     $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
     nproc
 } >"$WORK/machine.txt" 2>&1
-: >"$WORK/steps.txt"
+touch "$WORK/steps.txt"
 if ! $PY -c "import click, yaml, jsonschema, rich, filelock, numpy" 2>>"$WORK/machine.txt"; then
     echo "missing Python packages (moetune needs click, pyyaml, jsonschema, rich, filelock; the dump numpy)" |
         tee -a "$WORK/steps.txt"
@@ -90,13 +93,34 @@ counts = np.bincount(ids.flatten().numpy(), minlength=128)
 print(f"skewed dump: hottest expert {counts.max() / counts.sum():.1%} of slots (uniform 0.8%)")
 PYEOF
 
-step qwen-big 100 "${QWEN[@]}" "${BIG[@]}" --save-dir "$WORK/qwen"
-step dsv3-big 110 "${DSV3[@]}" "${BIG[@]}" --save-dir "$WORK/dsv3"
-step e256-big 110 "${E256[@]}" "${BIG[@]}" --save-dir "$WORK/e256"
-step qwen-routing 120 "${QWEN[@]}" --routing "$WORK/skewed-qwen.npy" --save-dir "$WORK/qwen-routing"
-step qwen-small 60 "${QWEN[@]}" "${SMALL[@]}" --save-dir "$WORK/qwen"
-step dsv3-small 60 "${DSV3[@]}" "${SMALL[@]}" --save-dir "$WORK/dsv3"
-step e256-small 60 "${E256[@]}" "${SMALL[@]}" --save-dir "$WORK/e256"
+# STEPS picks and orders the steps (a rerun over the same WORK resumes each from its store).
+declare -A STEP_ARGS=(
+    [qwen-big]="100 QWEN BIG qwen"
+    [dsv3-big]="110 DSV3 BIG dsv3"
+    [e256-big]="110 E256 BIG e256"
+    [q35-big]="110 Q35 BIG q35"
+    [qwen-routing]="120 QWEN ALL qwen-routing --routing $WORK/skewed-qwen.npy"
+    [qwen-small]="60 QWEN SMALL qwen"
+    [dsv3-small]="60 DSV3 SMALL dsv3"
+    [e256-small]="60 E256 SMALL e256"
+    [q35-small]="110 Q35 SMALL q35"
+)
+for name in ${STEPS:-qwen-big dsv3-big e256-big q35-big qwen-routing qwen-small dsv3-small e256-small q35-small}; do
+    read -r limit shape sizes dir extra <<<"${STEP_ARGS[$name]}"
+    case $shape in
+    QWEN) shape_args=("${QWEN[@]}") ;;
+    DSV3) shape_args=("${DSV3[@]}") ;;
+    E256) shape_args=("${E256[@]}") ;;
+    Q35) shape_args=("${Q35[@]}") ;;
+    esac
+    case $sizes in
+    BIG) size_args=("${BIG[@]}") ;;
+    SMALL) size_args=("${SMALL[@]}") ;;
+    *) size_args=() ;; # ALL: the engines' 18
+    esac
+    # shellcheck disable=SC2086
+    step "$name" "$limit" "${shape_args[@]}" "${size_args[@]}" --save-dir "$WORK/$dir" $extra
+done
 echo "total wall=$((SECONDS - START))s" | tee -a "$WORK/steps.txt"
 report
 cat "$OUT/issue8.md"

@@ -38,7 +38,7 @@ echo "GPUs: $NGPU" | tee -a "$OUT/steps.txt"
 # here), int8_w8a8 SGLang's (vLLM gets none); with 4+ GPUs both. TUNE_ENGINE overrides.
 if [ "$NGPU" -ge 4 ]; then ENGINE=${TUNE_ENGINE:-both}; else ENGINE=${TUNE_ENGINE:-vllm}; fi
 echo "engine: $ENGINE (int8_w8a8: sglang)" | tee -a "$OUT/steps.txt"
-NAMES=(int4 fp8pc int8 bf16)
+read -r -a NAMES <<<"${TUNES:-int4 fp8pc int8 bf16}" # TUNES: which tunes, in order
 declare -A ARGS=(
     [bf16]="--model ${QWEN_MODEL:-Qwen/Qwen3-30B-A3B} --tp 1 --dtype bf16 --engine $ENGINE"
     [int4]="--model ${INT4_MODEL:-Qwen/Qwen3-30B-A3B-GPTQ-Int4} --tp 1 --engine $ENGINE"
@@ -46,7 +46,8 @@ declare -A ARGS=(
     [fp8pc]="--model ${SCOUT_MODEL:-RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic} --tp 4 --engine $ENGINE"
 )
 # One-GPU limits (s), in NAMES order; they add up to about 500.
-declare -A LIMIT=([int4]=150 [fp8pc]=120 [int8]=120 [bf16]=110)
+declare -A LIMIT=([int4]=${LIMIT_INT4:-150} [fp8pc]=${LIMIT_FP8PC:-120} [int8]=${LIMIT_INT8:-120}
+    [bf16]=${LIMIT_BF16:-110})
 
 tune() { # tune NAME LIMIT_S [GPU]: one full fast tune, SIGINT at the limit (the store keeps it)
     local name=$1 limit=$2 gpu=${3:-}
@@ -105,7 +106,7 @@ for name, d in runs.items():
     for note in d.get("notes", []):
         print(f"   note: {note}")
 print()
-print("whole-call latency us (tuned / default / roofline floor, fraction of roofline)")
+print("whole-call latency us (tuned / engine fallback / roofline floor, fraction of roofline)")
 header = "M".rjust(6) + "".join(name.rjust(30) for name in runs)
 print(header)
 rows = {name: {r["batch_size"]: r for r in d["results"]} for name, d in runs.items()}
@@ -118,7 +119,9 @@ for m in sizes:
             line += "-".rjust(30)
             continue
         frac = r["roofline_fraction"]
-        cell = f"{r['latency_us']:.1f}/{r['default_latency_us'] or float('nan'):.1f}/" \
+        fallbacks = r.get("baselines", {})
+        fallback = (fallbacks.get("vllm_fallback") or fallbacks.get("sglang_fallback") or {})
+        cell = f"{r['latency_us']:.1f}/{fallback.get('latency_us') or float('nan'):.1f}/" \
                f"{r['floor_us'] or float('nan'):.1f} {100 * frac if frac else float('nan'):.0f}%"
         line += cell.rjust(30)
     print(line)

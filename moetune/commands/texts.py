@@ -24,7 +24,7 @@ DEVICE_NAME_HELP = f"GPU name for the file names. Default: {DEVICE_NAME_DEFAULT}
 # What the roofline floor of `tune`'s summary is made of (moetune/roofline.py).
 FLOOR_HELP = (
     "The summary's 'of roofline' is floor / time, at most 100 %: floor = max(bytes / read "
-    "bandwidth, flops / matmul peak); read bandwidth measured by a streaming-read kernel "
-    "(the HBM spec if that fails), peak by an 8192^3 matmul of the kernel's compute dtype "
+    "bandwidth, flops / matmul peak); read bandwidth: the GPU's HBM spec (a streaming-read "
+    "kernel's measurement where no spec is known), peak by an 8192^3 matmul of the kernel's compute dtype "
     "(bf16; fp8 _scaled_mm for fp8_w8a8; int8 _int_mm for int8_w8a8)."
 )
