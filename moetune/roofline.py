@@ -5,7 +5,10 @@ strategy's candidate ordering, so that every "fraction of roofline" in moetune
 means the same thing:
 
     E_hit  = E * (1 - (1 - top_k / E) ** M)        expected distinct experts hit
-                                                   under uniform routing
+                                                   under uniform routing; with a
+                                                   replayed routing dump, the experts
+                                                   its timed windows hit
+                                                   (`moetune.tune.routing_load`)
     bytes  = E_hit * (2N*K + K*N) * weight_bytes   every hit expert's w1 and w2, once
            + weight scales (fp8 / int8)
            + M*K*act_bytes + M*K*out_bytes         x read once, output written once
@@ -166,15 +169,19 @@ def moe_roofline(
     top_k: int,
     dtype: str = "bf16",
     block_shape: tuple[int, int] | None = None,
+    experts_hit: float | None = None,
 ) -> Roofline:
     """Roofline of a fused-MoE call: M tokens, w1 [E, 2N, K], w2 [E, K, N].
 
     `intermediate_size` is N (per rank, after SiLU-and-mul) and `hidden_size` K.
+    `experts_hit` is the number of distinct experts whose weights the call reads;
+    None: the expectation under uniform routing (`expected_experts_hit`). A skewed
+    routing hits fewer experts at small M, so it reads fewer bytes.
     """
     m, e, n, k = num_tokens, num_experts, intermediate_size, hidden_size
     if dtype not in WEIGHT_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(WEIGHT_BYTES)}")
-    hit = expected_experts_hit(m, e, top_k)
+    hit = expected_experts_hit(m, e, top_k) if experts_hit is None else experts_hit
     weight_elems = 2 * n * k + k * n
     weight_bytes = hit * weight_elems * WEIGHT_BYTES[dtype]
     if dtype == "int4_w4a16":

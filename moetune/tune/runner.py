@@ -28,6 +28,7 @@ from moetune.errors import TuneError
 from moetune.roofline import moe_roofline
 from moetune.tune.measurer import Backend, RunContext, StoreMeasurer
 from moetune.tune.problem import TuneProblem
+from moetune.tune.routing_load import beats_floor_note, floor_hits
 from moetune.tune.space import Candidate, DeviceLimits, PruneReport, prune
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 from moetune.tune.worker import WorkUnit
@@ -84,6 +85,7 @@ class BatchResult:
     verified_rank: int  # 0: the measured best; k: the k-th runner-up (the ones above were wrong)
     rel_rms: float | None
     baseline_us: dict[str, float | None] = field(default_factory=dict)  # by Baseline.key
+    experts_hit: float | None = None  # the floor's count from a replayed dump; None: uniform
 
     def speedup_over(self, key: str) -> float | None:
         """Baseline time over the written config's time (None: baseline not timed)."""
@@ -93,7 +95,7 @@ class BatchResult:
     @property
     def roofline_fraction(self) -> float | None:
         """floor / latency, at most 1: a call that beats the floor is reported at 100 %
-        and the summary carries a note that the ceilings were underestimated."""
+        and the summary carries a note that one of the floor's assumptions did not hold."""
         return None if self.floor_us is None else min(1.0, self.floor_us / self.latency_us)
 
 
@@ -372,10 +374,12 @@ def run_tune(
         if owned:
             backend.close()
 
+    # A replayed dump: the floor counts the experts its timed windows hit (None: unreadable).
+    hits = floor_hits(problem, request.batch_sizes, summary.notes) if summary.ceilings else {}
     for m in request.batch_sizes:
         pick, rank, rel_rms = verified[m]
         floor_us = None
-        if summary.ceilings is not None:
+        if summary.ceilings is not None and hits is not None:
             roof = moe_roofline(
                 m,
                 problem.num_experts,
@@ -384,15 +388,24 @@ def run_tune(
                 problem.top_k,
                 problem.dtype,
                 problem.engine_block_shape,
+                experts_hit=hits.get(m),
             )
             floor_us = 1e6 * summary.ceilings.floor_seconds(roof, problem.dtype)
             if pick.latency_us < floor_us:
                 summary.notes.append(
-                    f"M={m}: {pick.latency_us:.1f} us beats the floor {floor_us:.1f} us; "
-                    "the measured ceilings are too low, shown as 100 % of roofline"
+                    beats_floor_note(m, pick.latency_us, floor_us, summary.ceilings, problem)
                 )
         summary.rows.append(
-            BatchResult(m, pick.candidate, pick.latency_us, floor_us, rank, rel_rms, baseline_us[m])
+            BatchResult(
+                m,
+                pick.candidate,
+                pick.latency_us,
+                floor_us,
+                rank,
+                rel_rms,
+                baseline_us[m],
+                experts_hit=(hits or {}).get(m),
+            )
         )
     results = {row.batch_size: row.config for row in summary.rows}
     summary.files = list(
@@ -452,6 +465,7 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
                 },
                 "floor_us": row.floor_us,
                 "roofline_fraction": row.roofline_fraction,
+                "floor_experts_hit": row.experts_hit,
                 "verified_rank": row.verified_rank,
                 "rel_rms": row.rel_rms,
             }
