@@ -26,5 +26,7 @@ FLOOR_HELP = (
     "The summary's 'of roofline' is floor / time, at most 100 %: floor = max(bytes / read "
     "bandwidth, flops / matmul peak); read bandwidth: the GPU's HBM spec (a streaming-read "
     "kernel's measurement where no spec is known), peak by an 8192^3 matmul of the kernel's compute dtype "
-    "(bf16; fp8 _scaled_mm for fp8_w8a8; int8 _int_mm for int8_w8a8)."
+    "(bf16; fp8 _scaled_mm for fp8_w8a8; int8 _int_mm for int8_w8a8). The bytes are the weights "
+    "of the experts the timed routings hit: expected under uniform routing, or, with --routing "
+    "PATH, counted on the dump windows the timings replay."
 )
