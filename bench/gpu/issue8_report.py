@@ -7,13 +7,23 @@ split pair SGLang gets, both timed in the same harness (the tuner's "pair"
 timings, full fidelity), the speedup, the pair's configs, and the roofline
 floor. Taken from `moetune tune --json` summaries; for a group cut by its time
 limit, from the pair rows of its results store (marked "store").
+
+The floor is recomputed here with this tree's roofline (`moetune.roofline`): read
+bandwidth at the GPU's HBM spec, the bf16/fp8 matmul peak the run measured, and
+under ``--routing`` the experts the replayed dump's timed windows hit
+(`moetune.tune.routing_load`). The H200 runs of 2026-12-01 were made before
+those two changes, so their own `floor_us` (stream-read bandwidth, uniform
+routing) came out above the measured time at some points.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+
+from moetune.roofline import hbm_spec, moe_roofline
 
 SHAPES = (
     ("qwen", "Qwen3-30B-A3B TP1 bf16 (E=128, N=768)", ("qwen-big", "qwen-small")),
@@ -43,8 +53,30 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _from_summary(summary: dict) -> dict[int, dict]:
-    floors = {r["batch_size"]: r.get("floor_us") for r in summary.get("results", [])}
+def floor_us(summary: dict, batch_size: int, work: Path) -> float | None:
+    """The roofline floor of one batch size of a tune summary (see the module docstring)."""
+    key = summary["plan"]["problem"]
+    fields = dict(re.findall(r"(\w+)=([^,\[]+|\[[^\]]*\])", key))
+    e, n, k, top_k = (int(fields[name]) for name in ("E", "N", "K", "topk"))
+    dtype = fields["dtype"]
+    block = json.loads(fields["block_shape"]) if "block_shape" in fields else None
+    bandwidth = hbm_spec(summary["plan"]["device_name"])
+    peak = summary["ceilings"]["peak_flops_per_s"]
+    if bandwidth is None:
+        return None
+    hit = None
+    if "routing" in fields:
+        from moetune.tune.routing_dump import load_routing
+        from moetune.tune.routing_load import floor_experts_hit
+
+        dump = load_routing(work / "skewed-qwen.npy", e, top_k)
+        hit = floor_experts_hit(dump, batch_size, e)
+    roof = moe_roofline(batch_size, e, n, k, top_k, dtype, block, experts_hit=hit)
+    return 1e6 * roof.floor_seconds(bandwidth, peak)
+
+
+def _from_summary(summary: dict, work: Path) -> dict[int, dict]:
+    floors = {r["batch_size"]: floor_us(summary, r["batch_size"], work) for r in summary["results"]}
     rows = {}
     for row in summary.get("split", []):
         m = row["batch_size"]
@@ -85,7 +117,7 @@ def shape_rows(work: Path, name: str, steps: tuple[str, ...]) -> tuple[dict[int,
     for step in steps:
         summary = _load(work / f"{step}.json")
         if summary and summary.get("split") is not None and "plan" in summary:
-            rows.update(_from_summary(summary))
+            rows.update(_from_summary(summary, work))
             notes.append(
                 f"{step}: wall {summary['wall_s']:.0f} s, {summary['measured']} timed, "
                 f"{summary['reused']} from the store"
@@ -112,7 +144,8 @@ def render(work: Path) -> str:
         out += [
             "",
             "Whole call, same harness (us; rotating routings in a CUDA graph). `written`: what "
-            "the SGLang tables hold (the pair only when strictly faster).",
+            "the SGLang tables hold (the pair only when strictly faster). Floor: bytes at the "
+            "HBM spec (4.8 TB/s on an H200) or flops at the measured matmul peak.",
             "",
             "| M | single us | split pair us | single/pair | up | down | written | floor us | "
             "pair % roofline |",
