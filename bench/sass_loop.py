@@ -13,6 +13,17 @@ instructions (48 IMAD: 64-bit pointer advances and moves) against 106 in vLLM's.
 To see the H200's code generation, put its Triton first on the path, e.g.
 ``pip install --target /tmp/t36 triton==3.6.0`` then ``PYTHONPATH=/tmp/t36``.
 
+With ``--int4 M`` it compiles the int4 w4a16 kernels instead (moetune's
+``fused_moe_wna16_kernel``, f4d2565's copy in bench/parity_baseline/ and, with
+``--vllm-ref``, vLLM's ``fused_moe_kernel_gptq_awq``) at Qwen3-30B-A3B int4's shape
+(E=128, N=768, K=2048, group 128; up GEMM top_k 8, ``--down`` top_k 1 with routed
+weights), every argument specialized as the launchers pass it for batch size M, with
+configs BM/BN/BK/GROUP_M/warps/stages; it adds the loop's memory instructions and
+whether each kernel's whole SASS equals vLLM's. Results: bench/results/sass-int4-2026-12-01/.
+
+    python bench/sass_loop.py --int4 256 --down --vllm-ref .vllm_ref/fused_moe_kernel_gptq_awq.py \
+        --configs 64/32/128/16/4/3,16/32/256/16/4/4
+
     python bench/sass_loop.py --vllm-ref .vllm_ref/fused_moe_kernel_13cb3e44.py \\
         --configs 128/256/64/8/4,128/128/64/8/3 --down
 """
@@ -87,6 +98,64 @@ def signature(fn, config: tuple[int, ...], *, fp8: bool, down: bool, tma: bool):
     return sig, constexprs, attrs
 
 
+# Qwen3-30B-A3B int4 (E=128, N=768, K=2048, group 128): (N, K, top_k) of each GEMM.
+INT4_SHAPE = dict(experts=128, group=128, up=(2 * 768, 2048, 8), down=(2048, 768, 1))
+
+
+def int4_signature(fn, config: tuple[int, ...], *, down: bool, M: int):
+    """(signature, constexprs, attrs) of the int4 kernels at the real shape's argument values.
+
+    Every argument gets the value its launcher passes (bench/parity.py's launchers, moetune's
+    `invoke_fused_moe_wna16_gemm`), specialized as Triton's launcher does: an int equal to 1
+    becomes a constexpr, a multiple of 16 gets divisibility 16, None is a constexpr.
+    """
+    import triton.language as tl
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    bm, bn, bk, gm, _, _ = config
+    n, k, top_k = INT4_SHAPE["down" if down else "up"]
+    g, experts = INT4_SHAPE["group"], INT4_SHAPE["experts"]
+    slots = M * 8
+    sorted_len = slots + experts * (bm - 1)
+    rows = slots // top_k  # rows of A
+    em_vllm = min(sorted_len, rows * top_k * bm) if rows < bm else sorted_len
+    values = dict(
+        a_ptr="*bf16", b_ptr="*u8", w_ptr="*u8", c_ptr="*bf16", b_scale_ptr="*bf16",
+        w_scale_ptr="*bf16", b_zp_ptr=None, w_zp_ptr=None, topk_weights_ptr="*fp32",
+        sorted_token_ids_ptr="*i32", expert_ids_ptr="*i32", num_tokens_post_padded_ptr="*i32",
+        N=n, K=k, EM=min(sorted_len, slots * bm), num_slots=slots, num_valid_tokens=slots,
+        stride_am=k, stride_ak=1, stride_we=n * k // 2, stride_be=n * k // 2,
+        stride_wn=k // 2, stride_bn=k // 2, stride_wk=1, stride_bk=1, stride_cm=n, stride_cn=1,
+        stride_wse=n * (k // g), stride_bse=n * (k // g), stride_wsn=k // g, stride_bsn=k // g,
+        stride_wsk=1, stride_bsk=1, stride_wze=0, stride_wzn=0, stride_wzk=0, stride_bze=0,
+        stride_bzn=0, stride_bzk=0,
+        GROUP_SIZE=g, group_size=g, block_k_diviable=k % bk == 0, EVEN_K=k % bk == 0,
+        BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=gm, SPLIT_K=1,
+        MUL_ROUTED_WEIGHT=down, TOP_K=top_k, top_k=top_k, COMPUTE_TYPE=tl.bfloat16,
+        compute_type=tl.bfloat16, HAS_ZP=False, has_zp=False, use_int4_w4a16=True,
+        use_int8_w8a16=False, INTERPRETER_BF16=False,
+    )  # fmt: skip
+    if fn.__name__.endswith("gptq_awq"):
+        values["EM"] = em_vllm
+    sig, constexprs, attrs = {}, {}, {}
+    for i, param in enumerate(fn.params):
+        value = values[param.name]
+        if param.is_constexpr or value is None:
+            sig[param.name], constexprs[(i,)] = "constexpr", value
+        elif isinstance(value, str):
+            sig[param.name] = value
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            kind, spec = native_specialize_impl(BaseBackend, value, False, True, True)
+            sig[param.name] = kind
+            if kind == "constexpr":
+                constexprs[(i,)] = value
+            elif spec == "D":
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, constexprs, attrs
+
+
 def ptxas_path(ptx: str) -> str:
     import triton
 
@@ -107,16 +176,22 @@ def ptxas_path(ptx: str) -> str:
     return str(folder / "ptxas-blackwell")
 
 
-def analyse(fn, config, *, fp8: bool, down: bool, tma: bool) -> dict:
+def analyse(
+    fn, config, *, fp8: bool, down: bool, tma: bool, int4_m: int = 0, sass_out: str = ""
+) -> dict:
+    """Registers, spills and the K loop's SASS of one specialization (int4_m > 0: int4)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    sig, constexprs, attrs = signature(fn, config, fp8=fp8, down=down, tma=tma)
+    if int4_m:
+        sig, constexprs, attrs = int4_signature(fn, config, down=down, M=int4_m)
+    else:
+        sig, constexprs, attrs = signature(fn, config, fp8=fp8, down=down, tma=tma)
     compiled = triton.compile(
         ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
         target=GPUTarget("cuda", 90, 32),
-        options=dict(num_warps=config[3], num_stages=config[4]),
+        options=dict(num_warps=config[-2], num_stages=config[-1]),
     )
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,9 +201,17 @@ def analyse(fn, config, *, fp8: bool, down: bool, tma: bool) -> dict:
         run = subprocess.run(
             [ptxas, "-arch=sm_90a", "-v", src, "-o", cubin], capture_output=True, text=True
         )
+        if run.returncode and "Unsupported .version" in run.stderr:
+            # PTX ISA 9.x (CUDA 13) from Triton 3.9: the sm_90 ptxas is CUDA 12.
+            ptxas = str(Path(ptxas).parent / "ptxas-blackwell")
+            run = subprocess.run(
+                [ptxas, "-arch=sm_90a", "-v", src, "-o", cubin], capture_output=True, text=True
+            )
         report = run.stdout + run.stderr
         cuobjdump = str(Path(ptxas).parent / "cuobjdump")
         sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True).stdout
+    if sass_out:
+        Path(sass_out).write_text(sass)
     regs = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     lines = [line for line in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
@@ -144,11 +227,18 @@ def analyse(fn, config, *, fp8: bool, down: bool, tma: bool) -> dict:
         re.sub(r"^\s*/\*[0-9a-f]{4}\*/\s*(@!?U?P\w+\s+)?", "", line).split()[0].split(".")[0]
         for line in loop
     )
+    memory = collections.Counter(
+        re.search(r"\b(LDGSTS|LDGDEPBAR|LDSM|LDG|LDS|STS|STG)(\.[\w.]+)?", line).group(0)
+        for line in loop
+        if re.search(r"\b(LDGSTS|LDGDEPBAR|LDSM|LDG|LDS|STS|STG)\b", line)
+    )
     return {
         "registers": int(regs.group(1)) if regs else None,
         "spill_bytes": sum(map(int, spills.groups())) if spills else None,
         "loop_instructions": len(loop),
-        "loop_top_ops": ops.most_common(5),
+        "loop_top_ops": ops.most_common(5 if not int4_m else 8),
+        **({"loop_memory": dict(sorted(memory.items()))} if int4_m else {}),
+        "_opcodes": [re.sub(r"^\s*/\*[0-9a-f]{4}\*/\s*", "", line).split(";")[0] for line in lines],
     }
 
 
@@ -163,9 +253,21 @@ def main(argv=None) -> int:
         "--down", action="store_true", help="the down GEMM (routed weight, top_k 1)"
     )
     parser.add_argument("--tma", action="store_true", help="moetune with SGLang's TMA operands")
+    parser.add_argument(
+        "--int4",
+        type=int,
+        default=0,
+        metavar="M",
+        help="the int4 w4a16 kernels (moetune's wna16, f4d2565's, vLLM's gptq_awq) at Qwen3-30B "
+        "int4's shape for batch size M; --configs then BM/BN/BK/GROUP_M/warps/stages",
+    )
+    parser.add_argument("--sass-dir", help="write each kernel's full SASS there")
     args = parser.parse_args(argv)
     import parity
     import triton
+
+    if args.int4:
+        return main_int4(args, parity, triton)
 
     kernels = {
         "moetune": parity.load_module(
@@ -183,7 +285,47 @@ def main(argv=None) -> int:
         for name, fn in kernels.items():
             tma = args.tma and name == "moetune"
             result = analyse(fn, config, fp8=args.fp8, down=args.down, tma=tma)
+            result.pop("_opcodes")
             print(f"{text:>16} {name:>8}: {result}")
+    return 0
+
+
+def main_int4(args, parity, triton) -> int:
+    here = Path(__file__).resolve().parents[1] / "moetune" / "kernel" / "fused_moe_wna16_kernel.py"
+    kernels = {
+        "moetune": parity.load_module(here, "moetune_wna16_here").fused_moe_wna16_kernel,
+        "before": parity.load_module(
+            BENCH_DIR / "parity_baseline" / "fused_moe_wna16_kernel_f4d2565.py",
+            "moetune_wna16_f4d2565",
+        ).fused_moe_wna16_kernel,
+    }
+    if args.vllm_ref and Path(args.vllm_ref).exists():
+        kernels["vllm"] = parity.load_vllm_kernel(Path(args.vllm_ref), "fused_moe_kernel_gptq_awq")
+    gemm = "down" if args.down else "up"
+    print(f"Triton {triton.__version__}, sm_90a, int4 w4a16 group 128, {gemm} GEMM, M={args.int4}")
+    for text in args.configs.split(","):
+        config = tuple(int(v) for v in text.split("/"))
+        opcodes = {}
+        for name, fn in kernels.items():
+            sass_out = ""
+            if args.sass_dir:
+                Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
+                sass_out = f"{args.sass_dir}/{gemm}_{text.replace('/', '-')}_{name}.sass"
+            result = analyse(
+                fn,
+                config,
+                fp8=False,
+                down=args.down,
+                tma=False,
+                int4_m=args.int4,
+                sass_out=sass_out,
+            )
+            opcodes[name] = result.pop("_opcodes")
+            print(f"{text:>18} {name:>8}: {result}", flush=True)
+        if "vllm" in opcodes:
+            for name in ("moetune", "before"):
+                same = opcodes[name] == opcodes["vllm"]
+                print(f"{text:>18} {name:>8}: whole SASS identical to vllm's: {same}")
     return 0
 
 

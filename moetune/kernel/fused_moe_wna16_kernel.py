@@ -18,6 +18,15 @@ checkpoint has no zero points, rounds to the compute dtype and runs a
 bf16/fp16 tensor-core dot with an fp32 accumulator. Rows are scaled by their
 routing weight at the end (GEMM2).
 
+Code generation: N and K are constexpr and the body follows the engines' kernel
+expression by expression (int32 slot ids and row offsets, int64 weight columns
+wrapped with ``% N``, the scale pointers rebuilt every K step, A's K mask kept on
+even K), so that for every config Triton and ptxas emit the engine's SASS, the
+same instructions and registers (checked for sm_90a with Triton 3.6 and 3.9 by
+``bench/sass_loop.py --int4``): a tuner's kernel times what the engine runs. The
+cost is a compile per (N, K), which a tune of one shape pays once. Only ragged K
+differs: the weight load is masked past K (the engine's reads past the tensor).
+
 Interpreter (``INTERPRETER_BF16``, Triton 3.9's CPU interpreter, bf16 only): the
 dequantized tile and A are upcast to fp32 for the dot, and the stored tile is
 rounded to bf16 by hand, as in `fused_moe_kernel`; compiled kernels never take
@@ -31,6 +40,7 @@ from typing import TYPE_CHECKING
 import triton
 import triton.language as tl
 
+from moetune.errors import MoetuneError
 from moetune.kernel.fused_moe_kernel import _round_to_bf16_grid, check_config, interpreting
 
 if TYPE_CHECKING:
@@ -40,8 +50,9 @@ SYMMETRIC_ZERO_POINT = 8  # the code of 0.0 when a checkpoint has no zero points
 
 
 @triton.jit
-def _store_tile(c_ptr, tile, offs_token, token_mask, offs_cn, N, stride_cm, stride_cn):
-    # Output pointers built after the K loop only (registers), as in fused_moe_kernel.
+def _store_tile(c_ptr, tile, offs_token, token_mask, pid_n, N, stride_cm, stride_cn, BLOCK_N):
+    # int32 offsets, as the engine kernel builds them (the launcher checks they fit).
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_cn[None, :]
     tl.store(c_ptrs, tile, mask=token_mask[:, None] & (offs_cn[None, :] < N))
 
@@ -57,8 +68,9 @@ def fused_moe_wna16_kernel(
     sorted_token_ids_ptr,
     expert_ids_ptr,
     num_tokens_post_padded_ptr,
-    N,
-    K,
+    # constexpr as in the engines' fused_moe_kernel_gptq_awq: one compile per shape
+    N: tl.constexpr,
+    K: tl.constexpr,
     EM,
     num_slots,
     stride_am,
@@ -86,6 +98,9 @@ def fused_moe_wna16_kernel(
     EVEN_K: tl.constexpr,
     INTERPRETER_BF16: tl.constexpr,
 ):
+    # The body follows the engines' kernel expression by expression (integer widths,
+    # operand order, the scale pointers rebuilt every step, A's K mask kept when
+    # EVEN_K), so that ptxas emits the engine's code: see BENCHMARKS.md, 2026-12-01.
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
@@ -101,58 +116,67 @@ def fused_moe_wna16_kernel(
         return
 
     offs_token_id = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M).to(tl.int64)
-    offs_token = tl.load(sorted_token_ids_ptr + offs_token_id).to(tl.int64)
+    offs_token = tl.load(sorted_token_ids_ptr + offs_token_id)  # int32 slot ids
     token_mask = offs_token < num_slots
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N).to(tl.int64)
 
     expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     if expert == -1:
         zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=COMPUTE_TYPE)
-        _store_tile(c_ptr, zeros, offs_token, token_mask, offs_cn, N, stride_cm, stride_cn)
+        _store_tile(
+            c_ptr, zeros, offs_token, token_mask, pid_n, N, stride_cm, stride_cn, BLOCK_SIZE_N
+        )
         return
 
     # Out-of-range columns wrap around (never stored), as in fused_moe_kernel.
-    offs_wn = offs_cn % N
+    offs_wn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N).to(tl.int64)) % N
     offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_rows = offs_token // TOP_K
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+    a_ptrs = a_ptr + (offs_token[:, None] // TOP_K * stride_am + offs_k[None, :] * stride_ak)
     w_ptrs = (
         w_ptr
         + expert * stride_we
-        + offs_wn[None, :] * stride_wn
         + (offs_k[:, None] // 2) * stride_wk
+        + offs_wn[None, :] * stride_wn
     )
     shift = (offs_k[:, None] % 2) * 4
-    scale_ptrs = w_scale_ptr + expert * stride_wse + offs_wn[None, :] * stride_wsn
     if HAS_ZP:
-        zp_ptrs = w_zp_ptr + expert * stride_wze + (offs_wn[None, :] // 2) * stride_wzn
         zp_shift = (offs_wn[None, :] % 2) * 4
 
     accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        k_group = (k * BLOCK_SIZE_K + offs_k[:, None]) // GROUP_SIZE
         if EVEN_K:
-            a = tl.load(a_ptrs, mask=token_mask[:, None], other=0.0)
-            w = tl.load(w_ptrs)
-            scale = tl.load(scale_ptrs + k_group * stride_wsk)
-            if HAS_ZP:
-                zp = tl.load(zp_ptrs + k_group * stride_wzk)
+            k_mask = None
+            k_other = None
         else:
-            k_left = K - k * BLOCK_SIZE_K
-            a = tl.load(a_ptrs, mask=token_mask[:, None] & (offs_k[None, :] < k_left), other=0.0)
-            w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0)
             # Past K the scale is 0, so the (finite) padded codes contribute 0.
-            scale = tl.load(
-                scale_ptrs + k_group * stride_wsk, mask=offs_k[:, None] < k_left, other=0.0
-            )
-            if HAS_ZP:
-                zp = tl.load(zp_ptrs + k_group * stride_wzk, mask=offs_k[:, None] < k_left, other=0)
-        codes = ((w >> shift) & 0xF).to(tl.float32)
+            k_mask = offs_k[:, None] < K - k * BLOCK_SIZE_K
+            k_other = 0.0
+        a = tl.load(
+            a_ptrs,
+            mask=token_mask[:, None] & (offs_k[None, :] < K - k * BLOCK_SIZE_K),
+            other=0.0,
+        )
+        if EVEN_K:
+            w = tl.load(w_ptrs)
+        else:
+            w = tl.load(w_ptrs, mask=k_mask, other=0)
+        w = (w >> shift) & 0xF
+        k_group = (offs_k[:, None] + BLOCK_SIZE_K * k) // GROUP_SIZE
+        scale_ptrs = (
+            w_scale_ptr + expert * stride_wse + offs_wn[None, :] * stride_wsn + k_group * stride_wsk
+        )
+        scale = tl.load(scale_ptrs, mask=k_mask, other=k_other).to(tl.float32)
         if HAS_ZP:
+            zp_ptrs = (
+                w_zp_ptr
+                + expert * stride_wze
+                + (offs_wn[None, :] // 2) * stride_wzn
+                + k_group * stride_wzk
+            )
+            zp = tl.load(zp_ptrs, mask=k_mask, other=k_other)
             zero = ((zp >> zp_shift) & 0xF).to(tl.float32)
         else:
             zero = 8.0  # SYMMETRIC_ZERO_POINT (a plain global is not allowed in a jit function)
-        w_deq = (codes - zero) * scale.to(tl.float32)
+        w_deq = (w.to(tl.float32) - zero) * scale
         if INTERPRETER_BF16:
             accumulator = tl.dot(a.to(tl.float32), _round_to_bf16_grid(w_deq), acc=accumulator)
         else:
@@ -170,10 +194,11 @@ def fused_moe_wna16_kernel(
         accumulator.to(COMPUTE_TYPE),
         offs_token,
         token_mask,
-        offs_cn,
+        pid_n,
         N,
         stride_cm,
         stride_cn,
+        BLOCK_SIZE_N,
     )
 
 
@@ -227,6 +252,12 @@ def invoke_fused_moe_wna16_gemm(
         )
         assert topk_weights.is_contiguous(), "topk_weights must be contiguous"
 
+    # The kernel's row offsets into A and C are int32, as in the engines' kernel.
+    rows_end = (a.shape[0] - 1) * a.stride(0) + (k - 1) * a.stride(1)
+    if max(rows_end, (num_slots - 1) * c2.stride(0) + (n - 1) * c2.stride(1)) >= 2**31:
+        raise MoetuneError(
+            f"{num_slots} slots of [{k}] -> [{n}] are too many for the int4 kernel's int32 offsets"
+        )
     zp_strides = (w_zp.stride(0), w_zp.stride(1), w_zp.stride(2)) if w_zp is not None else (0, 0, 0)
     compute_type = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
     em = min(sorted_token_ids.shape[0], num_slots * config["BLOCK_SIZE_M"])
