@@ -126,6 +126,41 @@ def test_int4_gemm_launch_against_dequantized_matmul(config, zero_point):
     assert torch.isnan(c[~local]).all(), "a slot of another rank must not be written"
 
 
+@pytest.mark.parametrize("rows,n,k", [(2**21 + 1, 1024, 64), (2**15 + 1, 64, 2**16)])
+def test_int4_launch_refuses_int32_overflowing_offsets(rows, n, k):
+    """The int4 kernel's A and C row offsets are int32 (the engine kernel's widths): an output
+    (first case) or input (second) past 2**31 elements is refused before any launch."""
+    meta = dict(device="meta")
+    a = torch.empty(rows, k, dtype=torch.bfloat16, **meta)
+    c = torch.empty(rows, n, dtype=torch.bfloat16, **meta)
+    w = torch.empty(2, n, k // 2, dtype=torch.uint8, **meta)
+    scale = torch.empty(2, n, k // 32, dtype=torch.bfloat16, **meta)
+    ids = torch.empty(rows + 64, dtype=torch.int32, **meta)
+    with pytest.raises(MoetuneError, match="int32 offsets"):
+        invoke_fused_moe_wna16_gemm(
+            a,
+            w,
+            c,
+            w_scale=scale,
+            w_zp=None,
+            group_size=32,
+            topk_weights=None,
+            sorted_token_ids=ids,
+            expert_ids=ids[:2],
+            num_tokens_post_padded=ids[:1],
+            mul_routed_weight=False,
+            top_k=1,
+            config=dict(
+                BLOCK_SIZE_M=16,
+                BLOCK_SIZE_N=32,
+                BLOCK_SIZE_K=32,
+                GROUP_SIZE_M=1,
+                num_warps=4,
+                num_stages=2,
+            ),
+        )
+
+
 @pytest.mark.parametrize(
     "dtype,options",
     [("int4_w4a16", dict(group_size=32)), ("int8_w8a8", {})],
