@@ -102,7 +102,7 @@ def signature(fn, config: tuple[int, ...], *, fp8: bool, down: bool, tma: bool):
 INT4_SHAPE = dict(experts=128, group=128, up=(2 * 768, 2048, 8), down=(2048, 768, 1))
 
 
-def int4_signature(fn, config: tuple[int, ...], *, down: bool, M: int):
+def int4_signature(fn, config: tuple[int, ...], *, down: bool, M: int, zp: bool = False):
     """(signature, constexprs, attrs) of the int4 kernels at the real shape's argument values.
 
     Every argument gets the value its launcher passes (bench/parity.py's launchers, moetune's
@@ -119,21 +119,24 @@ def int4_signature(fn, config: tuple[int, ...], *, down: bool, M: int):
     slots = M * 8
     sorted_len = slots + experts * (bm - 1)
     rows = slots // top_k  # rows of A
+    zp_strides = (n // 2 * (k // g), k // g, 1) if zp else (0, 0, 0)
     em_vllm = min(sorted_len, rows * top_k * bm) if rows < bm else sorted_len
     values = dict(
         a_ptr="*bf16", b_ptr="*u8", w_ptr="*u8", c_ptr="*bf16", b_scale_ptr="*bf16",
-        w_scale_ptr="*bf16", b_zp_ptr=None, w_zp_ptr=None, topk_weights_ptr="*fp32",
+        w_scale_ptr="*bf16", b_zp_ptr="*u8" if zp else None, w_zp_ptr="*u8" if zp else None,
+        topk_weights_ptr="*fp32",
         sorted_token_ids_ptr="*i32", expert_ids_ptr="*i32", num_tokens_post_padded_ptr="*i32",
         N=n, K=k, EM=min(sorted_len, slots * bm), num_slots=slots, num_valid_tokens=slots,
         stride_am=k, stride_ak=1, stride_we=n * k // 2, stride_be=n * k // 2,
         stride_wn=k // 2, stride_bn=k // 2, stride_wk=1, stride_bk=1, stride_cm=n, stride_cn=1,
         stride_wse=n * (k // g), stride_bse=n * (k // g), stride_wsn=k // g, stride_bsn=k // g,
-        stride_wsk=1, stride_bsk=1, stride_wze=0, stride_wzn=0, stride_wzk=0, stride_bze=0,
-        stride_bzn=0, stride_bzk=0,
+        stride_wsk=1, stride_bsk=1, stride_wze=zp_strides[0], stride_wzn=zp_strides[1],
+        stride_wzk=zp_strides[2], stride_bze=zp_strides[0], stride_bzn=zp_strides[1],
+        stride_bzk=zp_strides[2],
         GROUP_SIZE=g, group_size=g, block_k_diviable=k % bk == 0, EVEN_K=k % bk == 0,
         BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=gm, SPLIT_K=1,
         MUL_ROUTED_WEIGHT=down, TOP_K=top_k, top_k=top_k, COMPUTE_TYPE=tl.bfloat16,
-        compute_type=tl.bfloat16, HAS_ZP=False, has_zp=False, use_int4_w4a16=True,
+        compute_type=tl.bfloat16, HAS_ZP=zp, has_zp=zp, use_int4_w4a16=True,
         use_int8_w8a16=False, INTERPRETER_BF16=False,
     )  # fmt: skip
     if fn.__name__.endswith("gptq_awq"):
@@ -177,7 +180,15 @@ def ptxas_path(ptx: str) -> str:
 
 
 def analyse(
-    fn, config, *, fp8: bool, down: bool, tma: bool, int4_m: int = 0, sass_out: str = ""
+    fn,
+    config,
+    *,
+    fp8: bool,
+    down: bool,
+    tma: bool,
+    int4_m: int = 0,
+    zp: bool = False,
+    sass_out: str = "",
 ) -> dict:
     """Registers, spills and the K loop's SASS of one specialization (int4_m > 0: int4)."""
     import triton
@@ -185,7 +196,7 @@ def analyse(
     from triton.compiler import ASTSource
 
     if int4_m:
-        sig, constexprs, attrs = int4_signature(fn, config, down=down, M=int4_m)
+        sig, constexprs, attrs = int4_signature(fn, config, down=down, M=int4_m, zp=zp)
     else:
         sig, constexprs, attrs = signature(fn, config, fp8=fp8, down=down, tma=tma)
     compiled = triton.compile(
@@ -261,6 +272,7 @@ def main(argv=None) -> int:
         help="the int4 w4a16 kernels (moetune's wna16, f4d2565's, vLLM's gptq_awq) at Qwen3-30B "
         "int4's shape for batch size M; --configs then BM/BN/BK/GROUP_M/warps/stages",
     )
+    parser.add_argument("--zp", action="store_true", help="--int4 with zero points")
     parser.add_argument("--sass-dir", help="write each kernel's full SASS there")
     args = parser.parse_args(argv)
     import parity
@@ -302,7 +314,10 @@ def main_int4(args, parity, triton) -> int:
     if args.vllm_ref and Path(args.vllm_ref).exists():
         kernels["vllm"] = parity.load_vllm_kernel(Path(args.vllm_ref), "fused_moe_kernel_gptq_awq")
     gemm = "down" if args.down else "up"
-    print(f"Triton {triton.__version__}, sm_90a, int4 w4a16 group 128, {gemm} GEMM, M={args.int4}")
+    zp = ", zero points" if args.zp else ""
+    print(
+        f"Triton {triton.__version__}, sm_90a, int4 w4a16 group 128{zp}, {gemm} GEMM, M={args.int4}"
+    )
     for text in args.configs.split(","):
         config = tuple(int(v) for v in text.split("/"))
         opcodes = {}
@@ -318,6 +333,7 @@ def main_int4(args, parity, triton) -> int:
                 down=args.down,
                 tma=False,
                 int4_m=args.int4,
+                zp=args.zp,
                 sass_out=sass_out,
             )
             opcodes[name] = result.pop("_opcodes")

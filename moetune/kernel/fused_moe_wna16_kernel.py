@@ -21,9 +21,10 @@ routing weight at the end (GEMM2).
 Code generation: N and K are constexpr and the body follows the engines' kernel
 expression by expression (int32 slot ids and row offsets, int64 weight columns
 wrapped with ``% N``, the scale pointers rebuilt every K step, A's K mask kept on
-even K), so that for every config Triton and ptxas emit the engine's SASS, the
-same instructions and registers (checked for sm_90a with Triton 3.6 and 3.9 by
-``bench/sass_loop.py --int4``): a tuner's kernel times what the engine runs. The
+even K), so that Triton and ptxas emit the engine's SASS: the same instructions
+and registers for the configs and shape checked (``bench/sass_loop.py --int4``,
+sm_90a, Triton 3.6 and 3.9; BENCHMARKS.md, 2026-12-01). A tuner's kernel should
+time what the engine runs. The
 cost is a compile per (N, K), which a tune of one shape pays once. Only ragged K
 differs: the weight load is masked past K (the engine's reads past the tensor).
 
@@ -50,11 +51,12 @@ SYMMETRIC_ZERO_POINT = 8  # the code of 0.0 when a checkpoint has no zero points
 
 
 @triton.jit
-def _store_tile(c_ptr, tile, offs_token, token_mask, pid_n, N, stride_cm, stride_cn, BLOCK_N):
-    # int32 offsets, as the engine kernel builds them (the launcher checks they fit).
-    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def _store_zeros(c_ptr, stride_cm, stride_cn, pid_n, N, offs_token, token_mask, BM, BN, dtype):
+    # Slots of another rank's expert (int32 offsets, as in the engine kernel).
+    zeros = tl.zeros((BM, BN), dtype=dtype)
+    offs_cn = pid_n * BN + tl.arange(0, BN)
     c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, tile, mask=token_mask[:, None] & (offs_cn[None, :] < N))
+    tl.store(c_ptrs, zeros, mask=token_mask[:, None] & (offs_cn[None, :] < N))
 
 
 @triton.jit
@@ -121,9 +123,17 @@ def fused_moe_wna16_kernel(
 
     expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     if expert == -1:
-        zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=COMPUTE_TYPE)
-        _store_tile(
-            c_ptr, zeros, offs_token, token_mask, pid_n, N, stride_cm, stride_cn, BLOCK_SIZE_N
+        _store_zeros(
+            c_ptr,
+            stride_cm,
+            stride_cn,
+            pid_n,
+            N,
+            offs_token,
+            token_mask,
+            BLOCK_SIZE_M,
+            BLOCK_SIZE_N,
+            COMPUTE_TYPE,
         )
         return
 
@@ -160,12 +170,16 @@ def fused_moe_wna16_kernel(
         else:
             w = tl.load(w_ptrs, mask=k_mask, other=0)
         w = (w >> shift) & 0xF
-        k_group = (offs_k[:, None] + BLOCK_SIZE_K * k) // GROUP_SIZE
         scale_ptrs = (
-            w_scale_ptr + expert * stride_wse + offs_wn[None, :] * stride_wsn + k_group * stride_wsk
+            w_scale_ptr
+            + expert * stride_wse
+            + offs_wn[None, :] * stride_wsn
+            + ((offs_k[:, None] + BLOCK_SIZE_K * k) // GROUP_SIZE) * stride_wsk
         )
         scale = tl.load(scale_ptrs, mask=k_mask, other=k_other).to(tl.float32)
         if HAS_ZP:
+            # The group index again, written where the engine writes it (same SASS).
+            k_group = (offs_k[:, None] + BLOCK_SIZE_K * k) // GROUP_SIZE
             zp_ptrs = (
                 w_zp_ptr
                 + expert * stride_wze
@@ -185,21 +199,16 @@ def fused_moe_wna16_kernel(
         w_ptrs += (BLOCK_SIZE_K // 2) * stride_wk
 
     if MUL_ROUTED_WEIGHT:
-        routed_weight = tl.load(topk_weights_ptr + offs_token, mask=token_mask, other=0.0)
+        routed_weight = tl.load(topk_weights_ptr + offs_token, mask=token_mask, other=0)
         accumulator = accumulator * routed_weight[:, None]
     if INTERPRETER_BF16:
         accumulator = _round_to_bf16_grid(accumulator)
-    _store_tile(
-        c_ptr,
-        accumulator.to(COMPUTE_TYPE),
-        offs_token,
-        token_mask,
-        pid_n,
-        N,
-        stride_cm,
-        stride_cn,
-        BLOCK_SIZE_N,
-    )
+    accumulator = accumulator.to(COMPUTE_TYPE)
+    # int32 offsets, built after the K loop, as in the engine kernel (the launcher checks
+    # they fit).
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, accumulator, mask=token_mask[:, None] & (offs_cn[None, :] < N))
 
 
 def invoke_fused_moe_wna16_gemm(
