@@ -17,7 +17,7 @@ def test_int4_dry_run_shows_group_size_pruning_and_files(tmp_path):
     result = dry_run(tmp_path, "--dtype", "int4_w4a16", "--group-size", "32")
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
-    assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=int4_w4a16,group_size=32"
+    assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=int4_w4a16,group_size=32,kernel_rev=2"
     # BLOCK_SIZE_K must be a multiple of 32 dividing K=64 and N=32: only the BK=32 candidate
     assert plan["pruning"]["2"]["kept"] == 1
     assert plan["pruning"]["2"]["removed"]["wna16_blocks"] == 2
@@ -104,7 +104,9 @@ def test_quantized_checkpoints_tune_as_they_are_quantized():
     result = CliRunner().invoke(cli, ["tune", "--model", gptq, "--dry-run", "--json"])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
-    assert plan["problem"] == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128"
+    assert (
+        plan["problem"] == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128,kernel_rev=2"
+    )
     scout = str(QUANT / "RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json")
     result = CliRunner().invoke(cli, ["tune", "--model", scout, "--tp", "4", "--dry-run", "--json"])
     assert result.exit_code == 0, result.output

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from moetune.dtypes import (
     ALWAYS_PER_CHANNEL_DTYPES,
     GROUP_QUANT_DTYPES,
+    KERNEL_REVISIONS,
     PER_CHANNEL_DTYPES,
     TUNE_BLOCK_DTYPES,
 )
@@ -161,6 +162,8 @@ class TuneProblem:
             key += ",per_channel"
         if self.group_size is not None:
             key += f",group_size={self.group_size}" + (",zp" if self.has_zp else "")
+        if self.dtype in KERNEL_REVISIONS:
+            key += f",kernel_rev={KERNEL_REVISIONS[self.dtype]}"
         if self.routing_digest is not None:
             key += f",routing={self.routing_digest}"
         return key

@@ -31,11 +31,11 @@ def test_keys_carry_the_quantization_details():
         TuneProblem(**base, dtype="int8_w8a8", per_channel=True).key(),
     }
     assert len(keys) == 6, "stores must never mix differently quantized problems"
-    assert INT4.key() == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128"
+    assert INT4.key() == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128,kernel_rev=2"
     assert (
         TuneProblem(**base, dtype="int4_w4a16", group_size=32, has_zp=True)
         .key()
-        .endswith(",group_size=32,zp")
+        .endswith(",group_size=32,zp,kernel_rev=2")
     )
     assert (
         TuneProblem(**base, dtype="fp8_w8a8", per_channel=True)
@@ -165,3 +165,23 @@ def test_tune_accepts_what_the_kernel_implements():
     assert not tune_accepts("int8_w8a16", group=True)
     assert not tune_accepts("fp8_w8a8", static_activations=True)
     assert not tune_accepts("nvfp4")
+
+
+def test_a_store_never_resumes_timings_of_an_older_int4_kernel(tmp_path):
+    """The int4 kernel's revision is in the problem key: rev-1 rows (keyed without it) stay unused."""
+    from moetune.tune.space import Candidate
+    from moetune.tune.store import Measurement, ResultStore
+
+    old_key = "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128"
+    assert INT4.key() != old_key and INT4.key().startswith(old_key + ",kernel_rev=")
+    candidate = Candidate(16, 32, 256, 16, 4, 4)
+    store = ResultStore(tmp_path)
+    row = dict(
+        batch_size=16, candidate=candidate, fidelity="full", status="ok", latency_us=624.6,
+        p20_us=620.0, p80_us=630.0, compile_s=1.0, error=None, device_name="NVIDIA H200",
+        triton_version="3.6.0", moetune_version="0.1.0", timestamp=0.0,
+    )  # fmt: skip
+    store.add(Measurement(problem_key=old_key, **row))
+    reopened = ResultStore(tmp_path)
+    assert reopened.get(old_key, 16, candidate, "full", "NVIDIA H200", "3.6.0") is not None
+    assert reopened.get(INT4.key(), 16, candidate, "full", "NVIDIA H200", "3.6.0") is None
