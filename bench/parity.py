@@ -167,10 +167,23 @@ def load_vllm_kernel(path: Path, name: str = "fused_moe_kernel"):
     return getattr(load_module(path, f"vllm_ref_{path.stem}"), name)
 
 
+def vllm_launch_shape(a, w, c, sorted_token_ids, top_k, config):
+    """vLLM's C view ([M, top_k, N]), padded rows EM (capped at small M) and grid."""
+    import triton
+
+    c3 = c.view(-1, 1, c.shape[-1]) if c.dim() == 2 else c
+    EM = sorted_token_ids.size(0)
+    if a.size(0) < config["BLOCK_SIZE_M"]:
+        EM = min(sorted_token_ids.size(0), a.size(0) * top_k * config["BLOCK_SIZE_M"])
+    grid = (
+        triton.cdiv(EM, config["BLOCK_SIZE_M"]) * triton.cdiv(w.size(1), config["BLOCK_SIZE_N"]),
+    )
+    return c3, EM, grid
+
+
 def vllm_launcher(kernel):
     """vLLM's ``invoke_fused_moe_kernel`` (bf16 / fp8 w8a8 paths) around `kernel`."""
     import torch
-    import triton
     import triton.language as tl
 
     def launch(
@@ -190,15 +203,7 @@ def vllm_launcher(kernel):
         quant_dtype,
         block_shape,
     ):
-        c3 = c.view(-1, 1, c.shape[-1]) if c.dim() == 2 else c  # vLLM's C is [M, top_k, N]
-        M = a.size(0)
-        EM = sorted_token_ids.size(0)
-        if M < config["BLOCK_SIZE_M"]:
-            EM = min(sorted_token_ids.size(0), M * top_k * config["BLOCK_SIZE_M"])
-        grid = (
-            triton.cdiv(EM, config["BLOCK_SIZE_M"])
-            * triton.cdiv(w.size(1), config["BLOCK_SIZE_N"]),
-        )
+        c3, EM, grid = vllm_launch_shape(a, w, c, sorted_token_ids, top_k, config)
         meta = dict(config)
         meta["SPLIT_K"] = 1
         block_k = meta.pop("BLOCK_SIZE_K")
@@ -219,7 +224,7 @@ def vllm_launcher(kernel):
             w.size(1),
             w.size(2),
             EM,
-            M * top_k,
+            a.size(0) * top_k,
             a.stride(0),
             a.stride(1),
             w.stride(0),
@@ -260,7 +265,6 @@ def vllm_wna16_launcher(kernel):
     N and K are constexpr; ``block_k_diviable`` is ``K % BLOCK_SIZE_K == 0``.
     """
     import torch
-    import triton
     import triton.language as tl
 
     def launch(
@@ -279,15 +283,7 @@ def vllm_wna16_launcher(kernel):
         top_k,
         config,
     ):
-        c3 = c.view(-1, 1, c.shape[-1]) if c.dim() == 2 else c  # vLLM's C is [M, top_k, N]
-        M = a.size(0)
-        EM = sorted_token_ids.size(0)
-        if M < config["BLOCK_SIZE_M"]:
-            EM = min(sorted_token_ids.size(0), M * top_k * config["BLOCK_SIZE_M"])
-        grid = (
-            triton.cdiv(EM, config["BLOCK_SIZE_M"])
-            * triton.cdiv(w.size(1), config["BLOCK_SIZE_N"]),
-        )
+        c3, EM, grid = vllm_launch_shape(a, w, c, sorted_token_ids, top_k, config)
         kernel[grid](
             a,
             w,
@@ -301,7 +297,7 @@ def vllm_wna16_launcher(kernel):
             w.size(1),
             a.size(1),
             EM,
-            M * top_k,
+            a.size(0) * top_k,
             a.stride(0),
             a.stride(1),
             w.stride(0),
