@@ -1,5 +1,6 @@
 """`moetune benchmark` without a GPU: a message that suggests only what exists, and --dry-run."""
 
+import json
 import os
 import subprocess
 import sys
@@ -56,3 +57,23 @@ def test_dry_run_shows_the_entry_each_file_gives_per_batch_size(tmp_path):
     assert lines[2].startswith("  M=100   vllm_fallback M64 N128 K64 G1 w4 s3, sglang_fallback ")
     assert lines[2].endswith("E=128,N=768,device_name=NVIDIA_H200.json M16 N128 K128 G1 w4 s2")
     assert lines[1].endswith("E=128,N=768,device_name=NVIDIA_H200.json M16 N64 K64 G1 w4 s5")
+
+
+def test_dry_run_pairs_an_sglang_file_with_its_down_table(tmp_path):
+    tile = {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4}
+    name = "E=128,N=768,device_name=NVIDIA_H200.json"
+    (tmp_path / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 4}}))
+    down = {"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 2, "USE_TMA": True}}
+    (tmp_path / name.replace(".json", "_down.json")).write_text(json.dumps(down))
+    args = ["benchmark", "-m", "Qwen/Qwen3-30B-A3B", "--batch-size", "1", "--dry-run"]
+    result = moetune([*args, "--config", name], tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # Every column in the split harness: the fallbacks as pairs of themselves.
+    assert lines[1].startswith("  M=1     vllm_fallback up M16 N64 K128 G1 w4 s4 + down M16 N64")
+    assert lines[1].endswith(f"{name} up M16 N64 K128 G1 w4 s4 + down M16 N64 K128 G1 w4 s2 TMA")
+    assert lines[2].startswith("Timed as SGLang runs a split file")
+    # The _down table alone is refused with a one-line error naming the main file.
+    wrong = moetune([*args, "--config", name.replace(".json", "_down.json")], tmp_path)
+    assert wrong.returncode != 0 and wrong.stderr.count("\n") == 1
+    assert f"pass its main file {name}" in wrong.stderr

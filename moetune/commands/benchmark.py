@@ -13,37 +13,6 @@ from moetune.commands.options import (
     model_options,
     problem_from_options,
 )
-from moetune.errors import MoetuneError
-
-
-def load_tuned_file(path: Path) -> dict[int, Any]:
-    """A vLLM or SGLang tuned file as {batch size: Candidate} (the version key is skipped)."""
-    from moetune.tune.space import Candidate
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise MoetuneError(f"{path}: cannot read a tuned config ({exc})") from None
-    if not isinstance(data, dict):
-        raise MoetuneError(f"{path}: expected a JSON object keyed by batch size")
-    entries = {}
-    for key, value in data.items():
-        if key == "triton_version":
-            continue
-        if not key.isdigit():
-            raise MoetuneError(f"{path}: key {key!r} is not a batch size")
-        try:
-            entries[int(key)] = Candidate.from_config(value)
-        except MoetuneError as exc:
-            raise MoetuneError(f"{path}: batch size {key}: {exc}") from None
-    if not entries:
-        raise MoetuneError(f"{path}: no batch-size entries")
-    return entries
-
-
-def nearest_entry(entries: dict[int, Any], batch_size: int) -> Any:
-    """The entry an engine uses at `batch_size`: the key nearest to it (smaller on a tie)."""
-    return entries[min(entries, key=lambda key: (abs(key - batch_size), key))]
 
 
 @click.command("benchmark")
@@ -53,7 +22,8 @@ def nearest_entry(entries: dict[int, Any], batch_size: int) -> Any:
     "config_files",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     multiple=True,
-    help="A vLLM/SGLang tuned config file to time (repeatable).",
+    help="A vLLM/SGLang tuned config file to time (repeatable). SGLang's <name>_down.json "
+    "beside it is paired with it, as SGLang does (up GEMM from the file, down from _down).",
 )
 @click.option(
     "--batch-size",
@@ -107,12 +77,17 @@ def benchmark(
     $SGLANG_MOE_CONFIG_DIR, the installed engine's configs, or --compare-dir).
     Each cell shows microseconds and the speedup over the vLLM fallback.
 
+    An SGLang file with a _down table beside it is timed as SGLang runs it: the up
+    GEMM with the file's config and the down GEMM with the _down table's (TMA where
+    an entry asks). Every column is then timed in that split harness.
+
     \b
     Example usage:
         moetune benchmark --model Qwen/Qwen3-30B-A3B --config "E=128,N=768,device_name=NVIDIA_H200.json"
     """
     from moetune.tune.baselines import engine_baselines, geomean_speedup
     from moetune.tune.space import DEFAULT_BATCH_SIZES
+    from moetune.tune.tuned_file import as_pair, describe, load_tuned_file, same_harness
     from moetune.tune.worker import WorkerPool, WorkUnit
 
     files = {str(path): load_tuned_file(path) for path in config_files}
@@ -130,15 +105,21 @@ def benchmark(
         resolved.device_name,
         resolved.triton_version,
         compare_dir=compare_dir,
+        pair_down_tables=True,
     )
     names = [b.key for b in baselines] + list(files)
     picks: dict[int, dict[str, Any]] = {}
     for m in sizes:
         picks[m] = {b.key: b.configs[m] for b in baselines if b.configs.get(m) is not None}
-        for name, entries in files.items():
-            picks[m][name] = nearest_entry(entries, m)
+        for name, tuned in files.items():
+            picks[m][name] = tuned.pick(m)
+    # An SGLang up + down pair is timed with the routing outside the graph; then every
+    # config is, so the columns stay comparable (`moetune.tune.tuned_file`).
+    harness = "whole" if same_harness(p for row in picks.values() for p in row.values()) else "pair"
+    if harness == "pair":
+        picks = {m: {name: as_pair(p) for name, p in row.items()} for m, row in picks.items()}
     if dry_run:
-        _print_plan(picks, f"{problem.key()} on {resolved.device_name}")
+        _print_plan(picks, f"{problem.key()} on {resolved.device_name}", harness)
         return
     units = [WorkUnit(problem, m, tuple(dict.fromkeys(picks[m].values())), "full") for m in sizes]
     warm = [WorkUnit(problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
@@ -161,7 +142,7 @@ def benchmark(
                 continue
             outcome = timings[(m, candidate)]
             row[name] = {
-                "config": candidate.as_config(),
+                **describe(candidate),
                 "status": outcome.status,
                 "latency_us": outcome.latency_us,
                 "p20_us": outcome.p20_us,
@@ -183,6 +164,7 @@ def benchmark(
             "problem": problem.key(),
             "device_name": resolved.device_name,
             "triton_version": resolved.triton_version,
+            "harness": harness,
             "baselines": [b.to_dict() for b in baselines],
             "configs": names,
             "results": rows,
@@ -192,6 +174,8 @@ def benchmark(
         return
     labels = {b.key: b.label for b in baselines}
     _print_table(rows, names, labels, f"{problem.key()} on {resolved.device_name}")
+    if harness == "pair":
+        click.echo(HARNESS_NOTE)
     for name, speedups in geomeans.items():
         parts = [
             f"{value:.2f}x over the {labels[key]}"
@@ -228,7 +212,13 @@ def _print_table(
     Console(highlight=False).print(table)
 
 
-def _print_plan(picks: dict[int, dict[str, Any]], title: str) -> None:
+HARNESS_NOTE = (
+    "Timed as SGLang runs a split file: up and down configs, routing outside the graph "
+    "(every column alike)."
+)
+
+
+def _print_plan(picks: dict[int, dict[str, Any]], title: str, harness: str) -> None:
     click.echo(f"Would time {title}, per batch size (BLOCK M/N/K, GROUP, warps, stages):")
     for m, configs in picks.items():
         cells = ", ".join(
@@ -236,3 +226,5 @@ def _print_plan(picks: dict[int, dict[str, Any]], title: str) -> None:
             for name, candidate in configs.items()
         )
         click.echo(f"  M={m:<5d} {cells}")
+    if harness == "pair":
+        click.echo(HARNESS_NOTE)

@@ -27,8 +27,11 @@ from moetune.engines import sglang, vllm
 from moetune.engines.lookup import load_table, nearest_row, timeable
 from moetune.errors import MoetuneError
 from moetune.extract.quant import engine_file_n
+from moetune.tune.probe import Probe
 from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate
+from moetune.tune.split import reads_down_file
+from moetune.tune.tuned_file import down_table_path, load_tuned_file
 
 ORDER = ("vllm_fallback", "sglang_fallback", "vllm_file", "sglang_file")
 
@@ -40,7 +43,7 @@ class Baseline:
     key: str
     label: str  # column header
     source: str  # the engine version ported, or the file's path
-    configs: dict[int, Candidate | None] = field(default_factory=dict)
+    configs: dict[int, Candidate | Probe | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "label": self.label, "source": self.source}
@@ -72,10 +75,15 @@ def engine_baselines(
     vllm_package: Path | None | str = "find",
     sglang_package: Path | None | str = "find",
     notes: list[str] | None = None,
+    pair_down_tables: bool = False,
 ) -> list[Baseline]:
     """The baselines for this run, in `ORDER`; files only where the engine would find one.
 
     A file the engine would find but moetune cannot read is left out, with a note.
+    SGLang's file with a ``_down`` table beside it: with `pair_down_tables`, each
+    batch size's up + down pair (`moetune.tune.tuned_file`, timed in the split
+    harness); without it (the tune, whose rows are whole calls), the up table alone,
+    with a note saying so.
     """
     env = os.environ if env is None else env
     dims = (
@@ -124,18 +132,31 @@ def engine_baselines(
             ).found
         if found is None:
             continue
+        paired = reads_down_file(engine) and down_table_path(Path(found)).exists()
         try:
-            table = load_table(found)
+            if paired and pair_down_tables:
+                tuned = load_tuned_file(Path(found))
+                configs: dict[int, Candidate | Probe | None] = {
+                    m: tuned.pick(m) for m in batch_sizes
+                }
+            else:
+                table = load_table(found)
+                configs = {m: _candidate(nearest_row(table, m)) for m in batch_sizes}
         except MoetuneError as exc:
             if notes is not None:
                 notes.append(f"not compared with the {engine} file: {exc}")
             continue
+        if paired and not pair_down_tables and notes is not None:
+            notes.append(
+                f"the SGLang file {Path(found).name} has a _down table: compared here on its "
+                f"up table alone; `moetune benchmark --config {found}` times the pair"
+            )
         baselines.append(
             Baseline(
                 f"{engine}_file",
                 f"{'vLLM' if engine == 'vllm' else 'SGLang'} file",
                 str(found),
-                {m: _candidate(nearest_row(table, m)) for m in batch_sizes},
+                configs,
             )
         )
     return baselines

@@ -111,3 +111,18 @@ def test_geomean_speedup_skips_untimed_batch_sizes():
     assert geomean_speedup([(20.0, 10.0), (None, 10.0), (80.0, 10.0)]) == pytest.approx(4.0)
     assert geomean_speedup([(None, 1.0)]) is None
     assert math.isclose(geomean_speedup([(3.0, 3.0)]), 1.0)
+
+
+def test_an_sglang_file_with_a_down_table_is_paired_only_when_asked(tmp_path):
+    (tmp_path / NAME).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, **ROW}}))
+    down = {"1": {"BLOCK_SIZE_M": 16, **ROW, "num_stages": 5, "USE_TMA": True}}
+    (tmp_path / NAME.replace(".json", "_down.json")).write_text(json.dumps(down))
+    notes = []
+    plain = baselines(engines=("sglang",), compare_dir=tmp_path, notes=notes)["sglang_file"]
+    # The tune times whole calls: the up table alone, and a note says so.
+    assert plain.configs[1] == Candidate(16, 64, 64, 1, 4, 3)
+    (note,) = notes
+    assert "has a _down table: compared here on its up table alone" in note
+    paired = baselines(engines=("sglang",), compare_dir=tmp_path, pair_down_tables=True)
+    pick = paired["sglang_file"].configs[64]
+    assert pick.kind == "pair" and pick.down_tma and pick.down.num_stages == 5

@@ -1,0 +1,117 @@
+"""A tuned-config file as the engine reads it: per batch size, what the call launches with.
+
+vLLM reads one table for both GEMMs. SGLang reads ``<name>.json`` for the gate/up
+GEMM and, when ``<name>_down.json`` lies beside it, that table for the down GEMM;
+each table is looked up on its own, at the key nearest the live M
+(`moetune.engines.lookup.nearest_row`). SGLang's entries may carry ``"USE_TMA"``:
+in the down table since its split tuner, in the up table since PR #33559.
+
+So timing a file means timing, per batch size, either one config (`Candidate`,
+a "whole" call) or an up + down pair (`Probe` of kind "pair"). A pair is timed
+with the routing outside the CUDA graph (`moetune.tune.probe_timing`), which
+reads a microsecond or two less than the whole-call harness; anything compared
+with a pair must be timed the same way (`same_harness`).
+
+Pure: files in, configs out; no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moetune.engines.lookup import load_table, nearest_row
+from moetune.errors import MoetuneError
+from moetune.tune.probe import Probe
+from moetune.tune.space import Candidate
+
+DOWN_SUFFIX = "_down.json"
+
+Entry = tuple[Candidate, bool]  # a table row: its config and whether it asks for TMA
+
+
+def down_table_path(path: Path) -> Path:
+    """Where SGLang looks for the down-GEMM table of the file at `path`."""
+    return path.with_name(path.name.removesuffix(".json") + DOWN_SUFFIX)
+
+
+def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
+    """One row: the six kernel keys (exactly) and an optional boolean ``USE_TMA``."""
+    tma = value.get("USE_TMA", False)
+    if not isinstance(tma, bool):
+        raise MoetuneError(f"{path}: batch size {key}: USE_TMA must be true or false, got {tma!r}")
+    rest = {k: v for k, v in value.items() if k != "USE_TMA"}
+    try:
+        return Candidate.from_config(rest), tma
+    except MoetuneError as exc:
+        raise MoetuneError(f"{path}: batch size {key}: {exc}") from None
+
+
+def _table(path: Path) -> dict[int, Entry]:
+    return {key: parse_entry(path, key, value) for key, value in load_table(path).items()}
+
+
+@dataclass(frozen=True)
+class TunedFile:
+    """One tuned file, and the ``_down`` table SGLang pairs with it when there is one."""
+
+    path: Path
+    up: dict[int, Entry]
+    down: dict[int, Entry] | None = None
+
+    @property
+    def down_path(self) -> Path | None:
+        return down_table_path(self.path) if self.down is not None else None
+
+    def pick(self, batch_size: int) -> Candidate | Probe:
+        """What the engine launches at `batch_size`: one config, or an up + down pair.
+
+        Raises MoetuneError when the two tables' rows disagree on BLOCK_SIZE_M
+        (one alignment feeds both GEMMs, so no engine can run such a pair).
+        """
+        up, up_tma = nearest_row(self.up, batch_size)
+        if self.down is None:
+            # No down table: the one config runs both GEMMs (TMA only where asked, on the up).
+            return Probe("pair", up, True, up, False) if up_tma else up
+        down, down_tma = nearest_row(self.down, batch_size)
+        if down.BLOCK_SIZE_M != up.BLOCK_SIZE_M:
+            raise MoetuneError(
+                f"{self.path.name} and {down_table_path(self.path).name} disagree at batch size "
+                f"{batch_size}: BLOCK_SIZE_M {up.BLOCK_SIZE_M} (up) vs {down.BLOCK_SIZE_M} (down); "
+                "one alignment feeds both GEMMs, so the engine cannot run this pair"
+            )
+        return Probe("pair", up, up_tma, down, down_tma)
+
+
+def load_tuned_file(path: Path) -> TunedFile:
+    """`path` with the ``_down`` table beside it, if any (SGLang's split format)."""
+    if path.name.endswith(DOWN_SUFFIX):
+        main = path.name.removesuffix(DOWN_SUFFIX) + ".json"
+        raise MoetuneError(
+            f"{path.name} is SGLang's down-GEMM table: pass its main file {main} "
+            "(the _down table beside it is paired with it automatically)"
+        )
+    down_path = down_table_path(path)
+    return TunedFile(path, _table(path), _table(down_path) if down_path.exists() else None)
+
+
+def same_harness(picks: Iterable[Candidate | Probe]) -> bool:
+    """True when every pick can be timed as a whole call (no pair among them)."""
+    return not any(isinstance(p, Probe) for p in picks)
+
+
+def as_pair(item: Candidate | Probe) -> Probe:
+    """A pick timed in the pair harness: a single config as the pair of itself."""
+    return item if isinstance(item, Probe) else Probe.single(item)
+
+
+def describe(item: Candidate | Probe) -> dict[str, Any]:
+    """The JSON a report prints for a pick: ``config`` (and ``down_config`` for a pair)."""
+    if isinstance(item, Candidate):
+        return {"config": item.as_config()}
+    described: dict[str, Any] = {"config": item.up_config()}
+    if item.down is not None and (item.down != item.candidate or item.down_tma or item.use_tma):
+        described["down_config"] = item.down_config()
+    return described

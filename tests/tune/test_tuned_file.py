@@ -1,0 +1,102 @@
+"""Reading a tuned file as the engine does: SGLang's _down table is paired with its main file."""
+
+import json
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.tune.probe import Probe
+from moetune.tune.space import Candidate
+from moetune.tune.tuned_file import (
+    as_pair,
+    describe,
+    down_table_path,
+    load_tuned_file,
+    same_harness,
+)
+
+NAME = "E=128,N=768,device_name=NVIDIA_H200,dtype=int8_w8a8,per_channel_quant=True.json"
+TILE = {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4}
+
+
+def row(block_m, stages=3, **extra):
+    return {"BLOCK_SIZE_M": block_m, **TILE, "num_stages": stages, **extra}
+
+
+def write(path, table):
+    path.write_text(json.dumps(table))
+    return path
+
+
+def test_the_down_table_is_named_as_sglang_looks_it_up(tmp_path):
+    assert down_table_path(tmp_path / NAME).name == NAME.removesuffix(".json") + "_down.json"
+
+
+def test_a_file_without_down_table_gives_one_config_at_the_nearest_key(tmp_path):
+    tuned = load_tuned_file(write(tmp_path / NAME, {"1": row(16), "64": row(32), "256": row(64)}))
+    assert tuned.down is None and tuned.down_path is None
+    assert tuned.pick(1) == Candidate(16, 64, 128, 1, 4, 3)
+    assert tuned.pick(100).BLOCK_SIZE_M == 32  # 64 is nearer than 256, as the engines take it
+    assert tuned.pick(4096).BLOCK_SIZE_M == 64
+    assert same_harness([tuned.pick(m) for m in (1, 64)])
+
+
+def test_each_table_is_looked_up_on_its_own_and_tma_is_kept(tmp_path):
+    main = write(tmp_path / NAME, {"1": row(16, 4), "512": row(64, 4)})
+    # The down table has other keys: SGLang takes each table's own nearest key.
+    write(down_table_path(main), {"1": row(16, 5, USE_TMA=False), "2048": row(64, 2, USE_TMA=True)})
+    tuned = load_tuned_file(main)
+    assert tuned.down_path == down_table_path(main)
+    small = tuned.pick(8)
+    assert small == Probe(
+        "pair", Candidate(16, 64, 128, 1, 4, 4), False, Candidate(16, 64, 128, 1, 4, 5)
+    )
+    big = tuned.pick(4096)
+    assert big.down_tma and not big.use_tma and big.down.num_stages == 2
+    assert not same_harness([Candidate(16, 64, 128, 1, 4, 4), big])
+    assert describe(big)["down_config"]["USE_TMA"] is True
+    assert "down_config" not in describe(Candidate(16, 64, 128, 1, 4, 4))
+
+
+def test_rows_that_disagree_on_block_m_are_a_one_line_error(tmp_path):
+    main = write(tmp_path / NAME, {"1": row(16), "1024": row(128)})
+    write(down_table_path(main), {"1": row(16, USE_TMA=False), "1024": row(64, USE_TMA=False)})
+    tuned = load_tuned_file(main)
+    assert tuned.pick(1).kind == "pair"
+    with pytest.raises(
+        MoetuneError, match=r"disagree at batch size 1024: BLOCK_SIZE_M 128 \(up\) vs 64"
+    ):
+        tuned.pick(1024)
+
+
+def test_passing_the_down_table_itself_names_the_main_file(tmp_path):
+    down = write(tmp_path / NAME.replace(".json", "_down.json"), {"1": row(16, USE_TMA=False)})
+    with pytest.raises(MoetuneError, match=f"pass its main file {NAME}"):
+        load_tuned_file(down)
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (row(16, USE_TMA="yes"), "USE_TMA must be true or false"),
+        (row(16, SPLIT_K=2), "unknown key"),
+        ({"BLOCK_SIZE_M": 16}, "missing"),
+    ],
+)
+def test_bad_rows_name_the_file_and_batch_size(tmp_path, entry, message):
+    path = write(tmp_path / NAME, {"8": entry})
+    with pytest.raises(MoetuneError, match=f"{NAME}: batch size 8: .*{message}"):
+        load_tuned_file(path)
+
+
+def test_up_tma_without_down_table_runs_the_down_gemm_plainly(tmp_path):
+    tuned = load_tuned_file(write(tmp_path / NAME, {"1": row(16, USE_TMA=True)}))
+    pick = tuned.pick(1)
+    assert pick.use_tma and not pick.down_tma and pick.down == pick.candidate
+
+
+def test_as_pair_times_a_single_config_as_the_pair_of_itself():
+    single = Candidate(16, 64, 128, 1, 4, 4)
+    assert as_pair(single) == Probe.single(single)
+    pair = Probe("pair", single, True, single, False)
+    assert as_pair(pair) is pair
