@@ -170,11 +170,13 @@ def moe_roofline(
     dtype: str = "bf16",
     block_shape: tuple[int, int] | None = None,
     experts_hit: float | None = None,
+    per_channel: bool = False,
 ) -> Roofline:
     """Roofline of a fused-MoE call: M tokens, w1 [E, 2N, K], w2 [E, K, N].
 
     `intermediate_size` is N (per rank, after SiLU-and-mul) and `hidden_size` K.
-    `experts_hit` is the number of distinct experts whose weights the call reads;
+    `per_channel`: one fp32 weight scale per output channel (fp8/int8 w8a8), not
+    one per tensor. `experts_hit` is the number of distinct experts whose weights the call reads;
     None: the expectation under uniform routing (`expected_experts_hit`). A skewed
     routing hits fewer experts at small M, so it reads fewer bytes.
     """
@@ -193,7 +195,7 @@ def moe_roofline(
         if block_shape is not None:
             bn, bk = block_shape
             scales = -(-2 * n // bn) * -(-k // bk) + -(-k // bn) * -(-n // bk)
-        elif dtype == "int8_w8a16":
+        elif dtype == "int8_w8a16" or per_channel:
             scales = 2 * n + k  # per output channel
         else:
             scales = 2  # per tensor

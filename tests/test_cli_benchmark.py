@@ -77,3 +77,32 @@ def test_dry_run_pairs_an_sglang_file_with_its_down_table(tmp_path):
     wrong = moetune([*args, "--config", name.replace(".json", "_down.json")], tmp_path)
     assert wrong.returncode != 0 and wrong.stderr.count("\n") == 1
     assert f"pass its main file {name}" in wrong.stderr
+
+
+def test_a_split_pair_runs_end_to_end_on_the_cpu(tmp_path):
+    """The whole timing path (interpreter): every column a pair, the down config reported."""
+    tile = {"BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 4}
+    name = "E=8,N=64,device_name=NVIDIA_H200.json"
+    (tmp_path / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 2}}))
+    down = {"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 3, "USE_TMA": False}}
+    (tmp_path / name.replace(".json", "_down.json")).write_text(json.dumps(down))
+    config = {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "intermediate_size": 64,
+        "hidden_size": 128,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    args = ["benchmark", "-m", "./config.json", "--batch-size", "2", "--engine", "vllm"]
+    result = moetune([*args, "--config", name, "--json"], tmp_path, TRITON_INTERPRET="1")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["harness"] == "pair"
+    (row,) = report["results"]
+    assert row[name]["status"] == "ok" and row[name]["latency_us"] > 0
+    assert row[name]["config"]["num_stages"] == 2 and row[name]["down_config"]["num_stages"] == 3
+    assert "down_config" not in row["vllm_fallback"]  # timed as the pair of itself
+    assert row["vllm_fallback"]["status"] == "ok"

@@ -389,6 +389,7 @@ def run_tune(
                 problem.dtype,
                 problem.engine_block_shape,
                 experts_hit=hits.get(m),
+                per_channel=problem.per_channel,
             )
             floor_us = 1e6 * summary.ceilings.floor_seconds(roof, problem.dtype)
             if pick.latency_us < floor_us:

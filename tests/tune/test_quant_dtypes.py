@@ -103,6 +103,9 @@ def test_roofline_rows_for_the_new_dtypes():
     bf16 = moe_roofline(m, e, n, k, top_k, "bf16")
     int8 = moe_roofline(m, e, n, k, top_k, "int8_w8a8")
     assert int4.bytes < int8.bytes < bf16.bytes
+    # int8_w8a8 runs per channel: one fp32 scale per output channel of w1 and of w2.
+    per_channel = moe_roofline(m, e, n, k, top_k, "int8_w8a8", per_channel=True)
+    assert per_channel.bytes - int8.bytes == pytest.approx(8 * ((2 * n + k) - 2) * 4)
     assert WEIGHT_BYTES["int4_w4a16"] == 0.5
 
 
