@@ -30,8 +30,7 @@ from moetune.extract.quant import engine_file_n
 from moetune.tune.probe import Probe
 from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate
-from moetune.tune.split import reads_down_file
-from moetune.tune.tuned_file import down_table_path, load_tuned_file
+from moetune.tune.tuned_file import load_tuned_file
 
 ORDER = ("vllm_fallback", "sglang_fallback", "vllm_file", "sglang_file")
 
@@ -118,24 +117,26 @@ def engine_baselines(
         # The N in the file name (SGLang keys int4 on the packed N // 2).
         file_n = engine_file_n(engine, problem.intermediate_size, dims[4])
         name_args = (problem.num_experts, file_n, device_name, dims[4], dims[5])
+        down_found = None
         if engine == "vllm":
             found = vllm.lookup(
                 vllm.file_name(*name_args), env=env, package_configs=vllm_package, extra_dirs=extra
             ).found
         else:
-            found = sglang.lookup(
+            up, down = sglang.lookup_pair(
                 sglang.file_name(*name_args),
                 version,
                 env=env,
                 package=sglang_package,
                 extra_dirs=extra,
-            ).found
+            )
+            found, down_found = up.found, down.found
         if found is None:
             continue
-        paired = reads_down_file(engine) and down_table_path(Path(found)).exists()
+        paired = down_found is not None
         try:
             if paired and pair_down_tables:
-                tuned = load_tuned_file(Path(found))
+                tuned = load_tuned_file(Path(found), Path(down_found))
                 configs: dict[int, Candidate | Probe | None] = {
                     m: tuned.pick(m) for m in batch_sizes
                 }

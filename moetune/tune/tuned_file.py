@@ -18,23 +18,24 @@ Pure: files in, configs out; no torch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from moetune.engines.lookup import load_table, nearest_row
+from moetune.engines.sglang import down_name
 from moetune.errors import MoetuneError
 from moetune.tune.probe import Probe
 from moetune.tune.space import Candidate
 
-DOWN_SUFFIX = "_down.json"
+DOWN_SUFFIX = down_name("")
 
 Entry = tuple[Candidate, bool]  # a table row: its config and whether it asks for TMA
 
 
 def down_table_path(path: Path) -> Path:
-    """Where SGLang looks for the down-GEMM table of the file at `path`."""
-    return path.with_name(path.name.removesuffix(".json") + DOWN_SUFFIX)
+    """The ``_down`` table beside the file at `path` (SGLang's name for it)."""
+    return path.with_name(down_name(path.name))
 
 
 def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
@@ -60,41 +61,35 @@ class TunedFile:
     path: Path
     up: dict[int, Entry]
     down: dict[int, Entry] | None = None
-
-    @property
-    def down_path(self) -> Path | None:
-        return down_table_path(self.path) if self.down is not None else None
+    down_path: Path | None = None
 
     def pick(self, batch_size: int) -> Candidate | Probe:
         """What the engine launches at `batch_size`: one config, or an up + down pair.
 
-        Raises MoetuneError when the two tables' rows disagree on BLOCK_SIZE_M
-        (one alignment feeds both GEMMs, so no engine can run such a pair).
+        As SGLang does: each table's nearest row, the down row's BLOCK_SIZE_M forced
+        to the up row's (one alignment feeds both GEMMs); no down table, the up
+        config for both GEMMs, the down one without TMA.
         """
         up, up_tma = nearest_row(self.up, batch_size)
         if self.down is None:
-            # No down table: the one config runs both GEMMs (TMA only where asked, on the up).
             return Probe("pair", up, True, up, False) if up_tma else up
         down, down_tma = nearest_row(self.down, batch_size)
-        if down.BLOCK_SIZE_M != up.BLOCK_SIZE_M:
-            raise MoetuneError(
-                f"{self.path.name} and {down_table_path(self.path).name} disagree at batch size "
-                f"{batch_size}: BLOCK_SIZE_M {up.BLOCK_SIZE_M} (up) vs {down.BLOCK_SIZE_M} (down); "
-                "one alignment feeds both GEMMs, so the engine cannot run this pair"
-            )
+        down = replace(down, BLOCK_SIZE_M=up.BLOCK_SIZE_M)
         return Probe("pair", up, up_tma, down, down_tma)
 
 
-def load_tuned_file(path: Path) -> TunedFile:
-    """`path` with the ``_down`` table beside it, if any (SGLang's split format)."""
+def load_tuned_file(path: Path, down_path: Path | None = None) -> TunedFile:
+    """`path` with its ``_down`` table: `down_path`, else the one beside it, if any."""
     if path.name.endswith(DOWN_SUFFIX):
         main = path.name.removesuffix(DOWN_SUFFIX) + ".json"
         raise MoetuneError(
             f"{path.name} is SGLang's down-GEMM table: pass its main file {main} "
             "(the _down table beside it is paired with it automatically)"
         )
-    down_path = down_table_path(path)
-    return TunedFile(path, _table(path), _table(down_path) if down_path.exists() else None)
+    if down_path is None and down_table_path(path).exists():
+        down_path = down_table_path(path)
+    down = _table(down_path) if down_path is not None else None
+    return TunedFile(path, _table(path), down, down_path)
 
 
 def same_harness(picks: Iterable[Candidate | Probe]) -> bool:

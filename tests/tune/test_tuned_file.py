@@ -58,15 +58,20 @@ def test_each_table_is_looked_up_on_its_own_and_tma_is_kept(tmp_path):
     assert "down_config" not in describe(Candidate(16, 64, 128, 1, 4, 4))
 
 
-def test_rows_that_disagree_on_block_m_are_a_one_line_error(tmp_path):
+def test_the_down_rows_block_m_is_forced_to_the_up_rows_as_sglang_does(tmp_path):
     main = write(tmp_path / NAME, {"1": row(16), "1024": row(128)})
     write(down_table_path(main), {"1": row(16, USE_TMA=False), "1024": row(64, USE_TMA=False)})
-    tuned = load_tuned_file(main)
-    assert tuned.pick(1).kind == "pair"
-    with pytest.raises(
-        MoetuneError, match=r"disagree at batch size 1024: BLOCK_SIZE_M 128 \(up\) vs 64"
-    ):
-        tuned.pick(1024)
+    pick = load_tuned_file(main).pick(1024)
+    assert pick.candidate.BLOCK_SIZE_M == pick.down.BLOCK_SIZE_M == 128
+    assert pick.down.BLOCK_SIZE_N == 64 and pick.down.num_stages == 3
+
+
+def test_a_down_table_found_elsewhere_can_be_named(tmp_path):
+    main = write(tmp_path / NAME, {"1": row(16)})
+    (tmp_path / "other").mkdir()
+    elsewhere = write(tmp_path / "other" / down_table_path(main).name, {"1": row(16, 5)})
+    tuned = load_tuned_file(main, elsewhere)
+    assert tuned.down_path == elsewhere and tuned.pick(1).down.num_stages == 5
 
 
 def test_passing_the_down_table_itself_names_the_main_file(tmp_path):
