@@ -3,8 +3,8 @@
     python bench/gpu/issue9_report.py bench/results/h200-2026-12-01/quant/full-tunes > report.md
 
 Reads DIR/one-call/bench_*.json: one `moetune benchmark --json` per tuned file, all run
-in one device call (.gpu-style script in the results' steps.txt), and DIR/*/<name>.json,
-the `moetune tune --json` summaries (tune wall time, timings, the matmul peaks measured).
+in one device call (DIR/call4.sh), and DIR/*/<name>.json, the `moetune tune --json`
+summaries (tune wall time, timings, the matmul peaks measured).
 
 Per batch size, the whole call of each tuned file and of the engine fallback it
 replaces, and each tuned time as a fraction of the roofline floor. The floor is
