@@ -31,7 +31,7 @@ from moetune.tune.strategy import fast_search
 
 KEY_PATTERN = re.compile(
     r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
-    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?$"
+    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?$"
 )
 
 
@@ -39,7 +39,7 @@ def problem_from_key(key: str) -> TuneProblem:
     match = KEY_PATTERN.match(key)
     if match is None:
         raise SystemExit(f"cannot read problem key {key!r}")
-    e, n, k, topk, dtype, bn, bk, per_channel, group, zp = match.groups()
+    e, n, k, topk, dtype, bn, bk, per_channel, group, zp, routing = match.groups()
     block = (int(bn), int(bk)) if bn else None
     return TuneProblem(
         int(e),
@@ -51,6 +51,7 @@ def problem_from_key(key: str) -> TuneProblem:
         per_channel=bool(per_channel),
         group_size=int(group) if group else None,
         has_zp=bool(zp),
+        routing_digest=routing,
     )
 
 
@@ -74,7 +75,8 @@ def replay(store: ResultStore, problem_key: str | None = None) -> list[dict]:
         lambda: defaultdict(dict)
     )
     for m in store.all():
-        rows[m.problem_key][(m.batch_size, m.fidelity)][m.candidate] = m
+        if m.kind == "whole":  # a split tune's GEMM and pair probes are another search
+            rows[m.problem_key][(m.batch_size, m.fidelity)][m.candidate] = m
     keys = [problem_key] if problem_key else sorted(rows)
     report = []
     for key in keys:

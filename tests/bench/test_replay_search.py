@@ -2,6 +2,7 @@
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from moetune.tune.problem import TuneProblem
@@ -50,3 +51,28 @@ def test_replay_reports_the_gap_to_the_exhaustive_best(tmp_path, capsys):
         assert 0 <= row["gap"] <= 0.03
         assert row["timed"] < row["space"] * 0.3
     assert "| E=128,N=768,K=2048,topk=8,dtype=bf16 | 16 |" in capsys.readouterr().out
+
+
+def test_keys_of_every_kind_parse_and_probe_rows_are_not_whole_calls(tmp_path):
+    replay = load("replay_search")
+    for problem in (
+        TuneProblem(128, 768, 2048, 8, "int4_w4a16", group_size=64, has_zp=True),
+        TuneProblem(16, 2048, 5120, 1, "fp8_w8a8", per_channel=True),
+        TuneProblem(128, 768, 2048, 8, "bf16", routing_digest="3f9a0c21"),
+    ):
+        assert replay.problem_from_key(problem.key()) == problem, problem.key()
+
+    problem = TuneProblem(128, 768, 2048, 8, "bf16")
+    gpu = SyntheticGPU(problem, seed=2)
+    store = ResultStore(tmp_path / "measurements.jsonl")
+    space = prune(default_space(), problem, 64, DeviceLimits.h200()).kept
+    timed = gpu.measure(64, space, "full")
+    for m in timed.values():
+        store.add(m)
+    best = min(timed.values(), key=lambda m: m.latency_us)
+    # A split tune's lone-GEMM timing of the slowest config: far faster than any whole call.
+    slowest = max(timed.values(), key=lambda m: m.latency_us)
+    store.add(replace(slowest, kind="up", latency_us=best.latency_us / 10))
+    (row,) = replay.replay(ResultStore(tmp_path / "measurements.jsonl"))
+    assert row["exhaustive_best_us"] == best.latency_us
+    assert row["space"] == len(space)
