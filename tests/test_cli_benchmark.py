@@ -59,12 +59,19 @@ def test_dry_run_shows_the_entry_each_file_gives_per_batch_size(tmp_path):
     assert lines[1].endswith("E=128,N=768,device_name=NVIDIA_H200.json M16 N64 K64 G1 w4 s5")
 
 
+def write_split_pair(folder, name, tile_n_k, up_stages, down_stages, down_tma):
+    """An SGLang up table `name` and its _down twin, one row at M=1, BLOCK_SIZE_M 16."""
+    n, k = tile_n_k
+    tile = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": n, "BLOCK_SIZE_K": k, "GROUP_SIZE_M": 1}
+    up = {"1": {**tile, "num_warps": 4, "num_stages": up_stages}}
+    down = {"1": {**tile, "num_warps": 4, "num_stages": down_stages, "USE_TMA": down_tma}}
+    (folder / name).write_text(json.dumps(up))
+    (folder / name.replace(".json", "_down.json")).write_text(json.dumps(down))
+
+
 def test_dry_run_pairs_an_sglang_file_with_its_down_table(tmp_path):
-    tile = {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4}
     name = "E=128,N=768,device_name=NVIDIA_H200.json"
-    (tmp_path / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 4}}))
-    down = {"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 2, "USE_TMA": True}}
-    (tmp_path / name.replace(".json", "_down.json")).write_text(json.dumps(down))
+    write_split_pair(tmp_path, name, (64, 128), up_stages=4, down_stages=2, down_tma=True)
     args = ["benchmark", "-m", "Qwen/Qwen3-30B-A3B", "--batch-size", "1", "--dry-run"]
     result = moetune([*args, "--config", name], tmp_path)
     assert result.returncode == 0, result.stderr
@@ -81,11 +88,8 @@ def test_dry_run_pairs_an_sglang_file_with_its_down_table(tmp_path):
 
 def test_a_split_pair_runs_end_to_end_on_the_cpu(tmp_path):
     """The whole timing path (interpreter): every column a pair, the down config reported."""
-    tile = {"BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 4}
     name = "E=8,N=64,device_name=NVIDIA_H200.json"
-    (tmp_path / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 2}}))
-    down = {"1": {"BLOCK_SIZE_M": 16, **tile, "num_stages": 3, "USE_TMA": False}}
-    (tmp_path / name.replace(".json", "_down.json")).write_text(json.dumps(down))
+    write_split_pair(tmp_path, name, (32, 32), up_stages=2, down_stages=3, down_tma=False)
     config = {
         "architectures": ["MixtralForCausalLM"],
         "model_type": "mixtral",
