@@ -19,40 +19,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
 
+from moetune.errors import TuneError
 from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate, DeviceLimits
 from moetune.tune.store import Measurement, ResultStore
 from moetune.tune.strategy import fast_search
 
-KEY_PATTERN = re.compile(
-    r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
-    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?$"
-)
-
 
 def problem_from_key(key: str) -> TuneProblem:
-    match = KEY_PATTERN.match(key)
-    if match is None:
-        raise SystemExit(f"cannot read problem key {key!r}")
-    e, n, k, topk, dtype, bn, bk, per_channel, group, zp, routing = match.groups()
-    block = (int(bn), int(bk)) if bn else None
-    return TuneProblem(
-        int(e),
-        int(n),
-        int(k),
-        int(topk),
-        dtype,
-        block,
-        per_channel=bool(per_channel),
-        group_size=int(group) if group else None,
-        has_zp=bool(zp),
-        routing_digest=routing,
-    )
+    try:
+        return TuneProblem.from_key(key)
+    except TuneError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 class ReplayMeasurer:

@@ -19,11 +19,11 @@ routing) came out above the measured time at some points.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
 from moetune.roofline import hbm_spec, moe_roofline
+from moetune.tune.problem import TuneProblem
 
 SHAPES = (
     ("qwen", "Qwen3-30B-A3B TP1 bf16 (E=128, N=768)", ("qwen-big", "qwen-small")),
@@ -55,23 +55,29 @@ def _us(value: float | None) -> str:
 
 def floor_us(summary: dict, batch_size: int, work: Path) -> float | None:
     """The roofline floor of one batch size of a tune summary (see the module docstring)."""
-    key = summary["plan"]["problem"]
-    fields = dict(re.findall(r"(\w+)=([^,\[]+|\[[^\]]*\])", key))
-    e, n, k, top_k = (int(fields[name]) for name in ("E", "N", "K", "topk"))
-    dtype = fields["dtype"]
-    block = json.loads(fields["block_shape"]) if "block_shape" in fields else None
+    problem = TuneProblem.from_key(summary["plan"]["problem"])
+    e, top_k = problem.num_experts, problem.top_k
     bandwidth = hbm_spec(summary["plan"]["device_name"])
     peak = summary["ceilings"]["peak_flops_per_s"]
     if bandwidth is None:
         return None
     hit = None
-    if "routing" in fields:
+    if problem.routing_digest is not None:
         from moetune.tune.routing_dump import load_routing
         from moetune.tune.routing_load import floor_experts_hit
 
         dump = load_routing(work / "skewed-qwen.npy", e, top_k)
         hit = floor_experts_hit(dump, batch_size, e)
-    roof = moe_roofline(batch_size, e, n, k, top_k, dtype, block, experts_hit=hit)
+    roof = moe_roofline(
+        batch_size,
+        e,
+        problem.intermediate_size,
+        problem.hidden_size,
+        top_k,
+        problem.dtype,
+        problem.engine_block_shape,
+        experts_hit=hit,
+    )
     return 1e6 * roof.floor_seconds(bandwidth, peak)
 
 

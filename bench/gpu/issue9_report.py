@@ -10,19 +10,19 @@ Per batch size, the whole call of each tuned file and of the engine fallback it
 replaces, and each tuned time as a fraction of the roofline floor. The floor is
 `moetune.roofline.moe_roofline` under uniform routing: the weight bytes of the experts
 hit at the H200's HBM spec (4.8 TB/s; weights are only read), or the flops at the
-matmul peak of the dtype's tensor-core operands (bf16 for bf16 and int4_w4a16, fp8,
-int8), as the int8 tune of the same session measured them (8192^3 matmuls).
+matmul peak of the dtype's tensor-core operands (`Ceilings.floor_seconds`: bf16 for bf16
+and int4_w4a16, fp8, int8), as the int8 tune of the same session measured them (8192^3
+matmuls).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import sys
 from pathlib import Path
 
-from moetune.roofline import PEAK_KIND, hbm_spec, moe_roofline
+from moetune.roofline import Ceilings, hbm_spec, moe_roofline
+from moetune.tune.problem import TuneProblem
 
 QWEN = ("bf16", "int4", "int8")
 SCOUT = ("scoutbf16", "fp8pc")
@@ -38,36 +38,24 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def problem_fields(key: str) -> dict[str, str]:
-    """``E=128,N=768,...,dtype=int8_w8a8,per_channel`` as a dict (flags map to "1")."""
-    fields = {}
-    for part in key.split(","):
-        name, _, value = part.partition("=")
-        fields[name] = value or "1"
-    return fields
+def dtype_of(report: dict) -> str:
+    return TuneProblem.from_key(report["problem"]).dtype
 
 
-def floor_us(key: str, m: int, peaks_tflops: dict[str, float], device: str) -> float:
-    f = problem_fields(key)
-    dtype = f["dtype"]
-    block = None
-    if "group_size" in f:
-        block = (0, int(f["group_size"]))
-    elif "block_shape" in f:
-        block = tuple(json.loads(re.sub(r"(\d+)\s+(\d+)", r"\1,\2", f["block_shape"])))
+def floor_us(key: str, m: int, ceilings: Ceilings) -> float:
+    """The uniform-routing roofline floor of problem `key` at batch size `m`."""
+    p = TuneProblem.from_key(key)
     roof = moe_roofline(
         m,
-        int(f["E"]),
-        int(f["N"]),
-        int(f["K"]),
-        int(f["topk"]),
-        dtype,
-        block,
-        per_channel="per_channel" in f,
+        p.num_experts,
+        p.intermediate_size,
+        p.hidden_size,
+        p.top_k,
+        p.dtype,
+        p.engine_block_shape,
+        per_channel=p.per_channel,
     )
-    bandwidth = hbm_spec(device)
-    peak = 1e12 * peaks_tflops[PEAK_KIND.get(dtype, "bf16")]
-    return 1e6 * roof.floor_seconds(bandwidth, peak)
+    return 1e6 * ceilings.floor_seconds(roof, p.dtype)
 
 
 def tuned_name(report: dict) -> str:
@@ -84,15 +72,18 @@ def cell(us: float | None, floor: float | None = None) -> str:
     return f"{us:.1f}" if floor is None else f"{us:.1f} ({100 * floor / us:.0f} %)"
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def main(work: Path) -> None:
     one = work / "one-call"
     reports = {p.stem.removeprefix("bench_"): load(p) for p in sorted(one.glob("bench_*.json"))}
+    rows = {name: rows_by_m(report) for name, report in reports.items()}
     peaks = load(work / "int8-sglang" / "int8.json")["ceilings"]["peaks_tflops"]
     device = next(iter(reports.values()))["device_name"]
+    ceilings = Ceilings(
+        hbm_spec(device),
+        "HBM spec",
+        {kind: 1e12 * tflops for kind, tflops in peaks.items()},
+        {kind: "measured" for kind in peaks},
+    )
     print(
         f"All timings: {device}, Triton {next(iter(reports.values()))['triton_version']}, "
         f"one device call ({(one / 'date.txt').read_text().strip()}), `moetune benchmark` "
@@ -109,40 +100,31 @@ def main(work: Path) -> None:
         print(f"**{title}**\n")
         head = ["M"]
         for n in present:
-            dtype = problem_fields(reports[n]["problem"])["dtype"]
+            dtype = dtype_of(reports[n])
             head += [f"{dtype} tuned us (of roofline)", f"{dtype} vLLM fallback us"]
-            if "sglang_fallback" in rows_by_m(reports[n])[1]:
+            if "sglang_fallback" in rows[n][1]:
                 head.append(f"{dtype} SGLang fallback us")
         head += [
-            f"{problem_fields(reports[n]['problem'])['dtype']} / {problem_fields(reports[base]['problem'])['dtype']}"
-            for n in present
-            if n != base
+            f"{dtype_of(reports[n])} / {dtype_of(reports[base])}" for n in present if n != base
         ]
         print("| " + " | ".join(head) + " |")
         print("|" + "---:|" * len(head))
-        ratios: dict[str, list[float]] = {n: [] for n in present}
-        for m in sorted(rows_by_m(reports[base])):
+        for m in sorted(rows[base]):
             line = [str(m)]
+            tuned = {n: rows[n][m][tuned_name(reports[n])]["latency_us"] for n in present}
             for n in present:
-                row = rows_by_m(reports[n])[m]
-                tuned = row[tuned_name(reports[n])]["latency_us"]
-                line.append(cell(tuned, floor_us(reports[n]["problem"], m, peaks, device)))
+                row = rows[n][m]
+                line.append(cell(tuned[n], floor_us(reports[n]["problem"], m, ceilings)))
                 line.append(cell(row["vllm_fallback"]["latency_us"]))
                 if "sglang_fallback" in row:
                     line.append(cell(row["sglang_fallback"]["latency_us"]))
-                if tuned and row["vllm_fallback"]["latency_us"]:
-                    ratios[n].append(row["vllm_fallback"]["latency_us"] / tuned)
-            base_us = rows_by_m(reports[base])[m][tuned_name(reports[base])]["latency_us"]
-            for n in present:
-                if n != base:
-                    us = rows_by_m(reports[n])[m][tuned_name(reports[n])]["latency_us"]
-                    line.append(f"{us / base_us:.2f}x")
+            line += [f"{tuned[n] / tuned[base]:.2f}x" for n in present if n != base]
             print("| " + " | ".join(line) + " |")
         print()
         for n in present:
             speedups = reports[n]["geomean_speedup"][tuned_name(reports[n])]
             parts = ", ".join(f"{v:.2f}x over {k.replace('_', ' ')}" for k, v in speedups.items())
-            print(f"- {problem_fields(reports[n]['problem'])['dtype']}: geomean {parts}")
+            print(f"- {dtype_of(reports[n])}: geomean {parts}")
         print()
 
     table(
@@ -156,10 +138,10 @@ def main(work: Path) -> None:
         )
         print("| M | split files us (of roofline) | vLLM fallback us | SGLang fallback us |")
         print("|---:|---:|---:|---:|")
-        for m, row in sorted(rows_by_m(split).items()):
+        for m, row in sorted(rows["int8split"].items()):
             us = row[tuned_name(split)]["latency_us"]
             print(
-                f"| {m} | {cell(us, floor_us(split['problem'], m, peaks, device))} | "
+                f"| {m} | {cell(us, floor_us(split['problem'], m, ceilings))} | "
                 f"{cell(row['vllm_fallback']['latency_us'])} | "
                 f"{cell(row['sglang_fallback']['latency_us'])} |"
             )

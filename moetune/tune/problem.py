@@ -10,6 +10,7 @@ in the results store, so a store never mixes measurements of different shapes
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
 # and those with a block-quantized path: one list for extract and tune, in moetune/dtypes.py.
 TUNE_DTYPES = _TUNE_DTYPES
 BLOCK_QUANT_DTYPES = TUNE_BLOCK_DTYPES
+
+# `TuneProblem.key()` read back: the inverse of its format, field by field.
+KEY_PATTERN = re.compile(
+    r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
+    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,31 @@ class TuneProblem:
     def w1_width(self) -> int:
         """Rows of w1: gate and up projections side by side (2N)."""
         return 2 * self.intermediate_size
+
+    @classmethod
+    def from_key(cls, key: str) -> TuneProblem:
+        """The problem a results-store key names (`key()` read back).
+
+        The dump a ``routing=`` digest names is not in the key: the problem comes back
+        with the digest and no path. A ``kernel_rev`` is the kernel's, not the
+        problem's: an older revision's key reads as today's problem.
+        """
+        match = KEY_PATTERN.match(key)
+        if match is None:
+            raise TuneError(f"not a problem key: {key!r}")
+        e, n, k, top_k, dtype, bn, bk, per_channel, group, zp, routing = match.groups()
+        return cls(
+            int(e),
+            int(n),
+            int(k),
+            int(top_k),
+            dtype,
+            (int(bn), int(bk)) if bn else None,
+            per_channel=bool(per_channel),
+            group_size=int(group) if group else None,
+            has_zp=bool(zp),
+            routing_digest=routing,
+        )
 
     def key(self) -> str:
         """A stable, readable name, e.g. ``E=128,N=768,K=2048,topk=8,dtype=bf16``."""

@@ -52,3 +52,23 @@ def test_bad_problems_are_one_line_errors(kwargs, message):
         TuneProblem(**{**base, **kwargs})
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [
+        TuneProblem(128, 768, 2048, 8, "bf16"),
+        TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128)),
+        TuneProblem(16, 2048, 5120, 1, "fp8_w8a8", per_channel=True),
+        TuneProblem(128, 768, 2048, 8, "int8_w8a8", per_channel=True),
+        TuneProblem(128, 768, 2048, 8, "int4_w4a16", group_size=64, has_zp=True),
+        TuneProblem(128, 768, 2048, 8, "bf16", routing_digest="3f9a0c21"),
+    ],
+)
+def test_from_key_reads_back_every_kind_of_key(problem):
+    assert TuneProblem.from_key(problem.key()) == problem
+
+
+def test_from_key_refuses_what_is_not_a_key():
+    with pytest.raises(TuneError, match="not a problem key: 'E=128,N=768'"):
+        TuneProblem.from_key("E=128,N=768")
