@@ -1,8 +1,7 @@
 """vLLM's fallback config and lookup, ported in moetune.engines.vllm.
 
-Expected values are read off vLLM's `get_default_config` after PR #34846
-(vllm/model_executor/layers/fused_moe/fused_moe.py, the body quoted by vLLM
-PRs #47593 and #54741), and `get_moe_configs` at vllm@13cb3e44.
+Expected values are read off vLLM 0.33.0's `get_default_config` and
+`get_moe_configs` (vllm/model_executor/layers/fused_moe/fused_moe.py in its wheel).
 """
 
 import json
@@ -10,6 +9,7 @@ import json
 import pytest
 
 from moetune.engines import vllm
+from moetune.engines.installed import InstalledEngine
 from moetune.engines.lookup import nearest_row
 
 # (M, E, dtype, block_shape) -> (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages)
@@ -35,8 +35,13 @@ GENERAL = [
     (16, 8, "int8_w8a16", None, (16, 64, 128, 1, 4, 4)),
 ]
 FP8_BLOCK = [
-    # fp8 block [128, 128]: M tile 16 up to M = 64, group 1 up to M = 16
-    (1, (16, 128, 128, 1, 4, 3)),
+    # fp8 block [128, 128]: M tile 16 up to M = 64, group 1 up to M = 16; up to M = 8 an N
+    # tile of 64 (0.33.0), with 4 stages up to M = 4
+    (1, (16, 64, 128, 1, 4, 4)),
+    (4, (16, 64, 128, 1, 4, 4)),
+    (5, (16, 64, 128, 1, 4, 3)),
+    (8, (16, 64, 128, 1, 4, 3)),
+    (9, (16, 128, 128, 1, 4, 3)),
     (16, (16, 128, 128, 1, 4, 3)),
     (17, (16, 128, 128, 32, 4, 3)),
     (64, (16, 128, 128, 32, 4, 3)),
@@ -65,11 +70,18 @@ def test_wna16_branch_sets_only_the_m_tile():
         "SPLIT_K": 1,
     }
     assert vllm.default_config(41, 8, 768, 2048, 2, "int8_w8a16", [0, 128])["BLOCK_SIZE_M"] == 64
-    # int4 with M * topk / E <= 6: vLLM's CUDA WNA16 kernel, BLOCK_SIZE_M = min(16, M)
-    assert vllm.default_config(2, 128, 768, 2048, 8, "int4_w4a16", [0, 128]) == {
-        "BLOCK_SIZE_M": 2,
+    # int4 with M * topk / E <= 6: vLLM's CUDA WNA16 kernel, BLOCK_SIZE_M the next power
+    # of two of M up to 16
+    assert vllm.default_config(3, 128, 768, 2048, 8, "int4_w4a16", [0, 128]) == {
+        "BLOCK_SIZE_M": 4,
+        "GROUP_SIZE_M": 1,
         "SPLIT_K": 1,
     }
+    assert vllm.default_config(9, 128, 768, 2048, 8, "int4_w4a16", [0, 128])["BLOCK_SIZE_M"] == 16
+
+
+def test_fp8_block_n_tile_stays_the_block_when_it_is_not_a_multiple_of_64():
+    assert vllm.default_config(1, 8, 768, 2048, 8, "fp8_w8a8", [32, 128])["BLOCK_SIZE_N"] == 32
 
 
 def test_lookup_tries_the_env_folder_then_the_package(tmp_path):
@@ -115,3 +127,36 @@ def test_file_name_is_vllms():
         vllm.file_name(256, 256, "NVIDIA H200 NVL", "fp8_w8a8", (128, 128))
         == "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
     )
+
+
+def test_an_empty_env_var_is_vllms_cwd(tmp_path):
+    # vLLM tests VLLM_TUNED_CONFIG_FOLDER against None: "" joins to the bare name.
+    name = "E=8,N=14336,device_name=NVIDIA_H200.json"
+    lookup = vllm.lookup(name, env={"VLLM_TUNED_CONFIG_FOLDER": ""}, package_configs=tmp_path)
+    assert lookup.searched == (name, str(tmp_path / name))
+    assert any("set but empty" in note for note in lookup.notes)
+
+
+def test_batch_invariant_mode_is_noted(tmp_path):
+    notes = vllm.lookup("x.json", env={"VLLM_BATCH_INVARIANT": "1"}, package_configs=None).notes
+    assert any("ignores tuned files" in note for note in notes)
+    notes = vllm.lookup("x.json", env={"VLLM_BATCH_INVARIANT": "0"}, package_configs=None).notes
+    assert not any("ignores tuned files" in note for note in notes)
+
+
+def test_the_installed_release_note_is_shown(tmp_path, monkeypatch):
+    installed = InstalledEngine(
+        engine="vllm",
+        version="0.33.1",
+        root=tmp_path,
+        kernel_source=None,
+        configs_dir=tmp_path / "configs",
+        lookup_source=None,
+        release="0.33.0",
+        note="vllm 0.33.1 is not a release moetune has read; following 0.33.0",
+    )
+    monkeypatch.setattr(vllm, "installed", lambda: installed)
+    lookup = vllm.lookup("x.json", env={})
+    assert lookup.searched == (str(tmp_path / "configs" / "x.json"),)
+    assert installed.note in lookup.notes
+    assert vllm.package_config_dir() == tmp_path / "configs"
