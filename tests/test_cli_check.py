@@ -1,7 +1,8 @@
 """`moetune check`: each engine's lookup against folders laid out like the engine's own.
 
-The engines' installed packages are stood in for by tmp folders (the functions that
-find them with `find_spec` are patched), the env vars point at tmp folders too.
+The engines' installed packages are stood in for by tmp folders (each engine module's
+`installed()`, which finds it with `find_spec`, is patched), the env vars point at tmp
+folders too.
 Qwen3-30B-A3B TP1 on an H200: E=128, N=768, bf16.
 """
 
@@ -16,6 +17,7 @@ import pytest
 
 from moetune.cli import main
 from moetune.engines import sglang, vllm
+from moetune.engines.installed import InstalledEngine
 from moetune.extract import filenames
 
 NAME = "E=128,N=768,device_name=NVIDIA_H200.json"
@@ -30,8 +32,21 @@ def hermetic(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
-    monkeypatch.setattr(vllm, "package_config_dir", lambda: None)
-    monkeypatch.setattr(sglang, "package_root", lambda: None)
+    monkeypatch.setattr(vllm, "installed", lambda: None)
+    monkeypatch.setattr(sglang, "installed", lambda: None)
+
+
+def installed_at(engine, configs_dir, version="0.5.23"):
+    """An InstalledEngine whose tuned files are in `configs_dir`."""
+    return InstalledEngine(
+        engine=engine,
+        version=version,
+        root=configs_dir.parent,
+        kernel_source=None,
+        configs_dir=configs_dir,
+        lookup_source=None,
+        release=version,
+    )
 
 
 def run(capsys, *args):
@@ -87,7 +102,7 @@ def test_sglang_picks_the_newest_other_triton_folder(capsys, monkeypatch, tmp_pa
     put(package / "configs" / "triton_3_4_0", NAME)
     put(package / "configs" / "triton_3_5_1", NAME, DOWN)
     put(package / "configs" / "triton_3_6_0")
-    monkeypatch.setattr(sglang, "package_root", lambda: package)
+    monkeypatch.setattr(sglang, "installed", lambda: installed_at("sglang", package / "configs"))
     code, out, _ = run(capsys, *ARGS, "--engine", "sglang", "--triton-version", "3.6.0")
     assert code == 0
     lines = out.splitlines()
@@ -103,7 +118,7 @@ def test_sglang_picks_the_newest_other_triton_folder(capsys, monkeypatch, tmp_pa
 
 def test_vllm_package_folder_and_compare_dir(capsys, monkeypatch, tmp_path):
     package = put(tmp_path / "vllm-configs", NAME)
-    monkeypatch.setattr(vllm, "package_config_dir", lambda: package)
+    monkeypatch.setattr(vllm, "installed", lambda: installed_at("vllm", package, "0.33.0"))
     code, out, _ = run(capsys, *ARGS, "--engine", "vllm")
     assert code == 0 and f"FOUND: {package / NAME}" in out
 

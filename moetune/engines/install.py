@@ -5,8 +5,13 @@ The target folder, per engine:
     vLLM    $VLLM_TUNED_CONFIG_FOLDER, else <vllm>/model_executor/layers/fused_moe/configs,
             else --install-dir (then: export VLLM_TUNED_CONFIG_FOLDER=<dir>)
     SGLang  <root>/configs/triton_X_Y_Z/ with root = $SGLANG_MOE_CONFIG_DIR, else the
-            installed package's config root, else --install-dir (then: export
-            SGLANG_MOE_CONFIG_DIR=<dir>; SGLang reads only that root then)
+            installed release's config root (0.5.11 on:
+            <sglang>/srt/layers/moe/moe_runner/triton_utils), else --install-dir (then:
+            export SGLANG_MOE_CONFIG_DIR=<dir>; SGLang reads only that root then)
+
+The installed engine is found as `moetune check` finds it (`moetune.engines.installed`),
+so both name the same folder. A variable set but empty is refused: the engine would
+read its working folder.
 
 `--install-dir` wins over both. Copies are atomic; a different file already
 there is replaced only with `overwrite`, after a ``<file>.bak-<UTC time>`` copy
@@ -62,7 +67,7 @@ def install_target(
     """The folder `engine` reads, chosen as the module docstring says; InstallError if none.
 
     `package` is the engine's package folder (vLLM: its configs/, SGLang: its config
-    root); by default found with `find_spec`, never imported.
+    root); by default the installed engine's (`find_installed`), never imported.
     """
     env = os.environ if env is None else env
     var = ENV[engine]
@@ -71,17 +76,28 @@ def install_target(
         current = env.get(var)
         export = None if current and Path(current).resolve() == root else f"export {var}={root}"
         source = "--install-dir"
+    elif var in env and not env[var]:
+        # Both engines read a set-but-empty variable as "" (their working folder).
+        raise InstallError(
+            f"--install {engine}: ${var} is set but empty, so {LABEL[engine]} reads tuned files "
+            "from the folder it starts in; set it to a folder, unset it, or pass --install-dir DIR"
+        )
     elif env.get(var):
         root, source, export = Path(env[var]), f"${var}", None
     else:
+        source = f"the installed {engine} package"
         if package == "find":
-            package = vllm.package_config_dir() if engine == "vllm" else sglang.package_root()
+            found = vllm.installed() if engine == "vllm" else sglang.installed()
+            package = None
+            if found is not None:
+                package = found.configs_dir if engine == "vllm" else found.config_root
+                source = f"the installed {found.label} package"
         if package is None:
             raise InstallError(
                 f"--install {engine}: {LABEL[engine]} is not installed here and ${var} is "
                 "not set; pass --install-dir DIR (moetune prints the export line to use)"
             )
-        root, source, export = Path(package), f"the installed {engine} package", None
+        root, export = Path(package), None
     folder = root / "configs" / sglang.triton_folder(triton_version) if engine == "sglang" else root
     return InstallTarget(engine, folder, source, export)
 

@@ -1,24 +1,29 @@
 """SGLang's fused-MoE config lookup (with its ``_down`` twin) and fallback config, ported.
 
-Followed: sgl-project/sglang@02c7c97fea5f8c72abab610262e1a73cbba38203,
-``python/sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py``
-(``get_moe_configs``, ``get_default_config``, ``try_get_optimal_moe_config``); see
-/work/shared/notes/sglang-split-configs.md (CFG-B) for the history.
+Followed: SGLang 0.5.23 (read from its wheel),
+``sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py``
+(``get_config_file_name``, ``get_moe_configs``, ``get_default_config``,
+``try_get_optimal_moe_config``); /work/shared/notes/sglang-split-configs.md has
+the history. Where older releases keep the file: `moetune.engines.installed`.
 
 Lookup, for the up file ``<name>.json`` and again for ``<name>_down.json``:
 
-1. root = ``$SGLANG_MOE_CONFIG_DIR``, else the folder of
-   ``fused_moe_triton_config.py`` in the installed package;
+1. root = ``$SGLANG_MOE_CONFIG_DIR`` (set but empty: SGLang's cwd), else the
+   folder of ``fused_moe_triton_config.py`` in the installed package;
 2. ``<root>/configs/triton_<installed Triton, "." -> "_">/<name>``;
 3. on a miss, every ``<root>/configs/triton_*`` folder, newest version first,
    skipping the installed version's; the first holding ``<name>`` wins (it may
-   be *newer* than the installed Triton);
+   be *newer* than the installed Triton). Releases up to 0.5.11 try a fixed
+   list instead (3.4.0, 3.3.1, 3.2.0, 3.1.0);
 4. no file: the up GEMM uses `default_config`; a missing ``_down`` file makes
    the down GEMM reuse the up config, without TMA.
 
-The row used is the key nearest to M, separately in each file; the down row's
-BLOCK_SIZE_M is then forced to the up row's (one sort feeds both GEMMs).
-CUDA values are ported; ROCm's ``num_stages=2``, Marlin and deterministic mode are not.
+E and N come from w2's shape (``E, _, N = w2_shape``), so int4_w4a16 files are
+keyed on the packed N/2. The row used is the key nearest to M, separately in
+each file; the down row's BLOCK_SIZE_M is then forced to the up row's (one sort
+feeds both GEMMs). CUDA values are ported; ROCm's ``num_stages=2``, Marlin,
+deterministic mode and 0.5.23's fp8 default for GPUs with under 128 KiB of
+shared memory per block are not.
 """
 
 from __future__ import annotations
@@ -28,18 +33,13 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
-from moetune.engines.lookup import Lookup, engine_fallback_table, package_dir
+from moetune.engines.installed import InstalledEngine, find_installed
+from moetune.engines.lookup import Lookup, engine_fallback_table
 from moetune.extract.filenames import sglang_config_filename
 
 ENGINE = "sglang"
-FOLLOWS = "sglang@02c7c97f"
+FOLLOWS = "SGLang 0.5.23"
 FOLDER_ENV = "SGLANG_MOE_CONFIG_DIR"
-# Where fused_moe_triton_config.py lives, newest layout first (its folder is SGLang's root).
-PACKAGE_ROOTS = (
-    ("srt", "layers", "moe", "moe_runner", "triton_utils"),
-    ("srt", "layers", "moe", "fused_moe_triton"),
-)
-CONFIG_MODULE = "fused_moe_triton_config.py"
 
 
 def default_config(
@@ -88,16 +88,19 @@ def default_config(
     return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
 
 
+def installed() -> InstalledEngine | None:
+    """The SGLang on ``sys.path`` (found with `find_spec`, never imported), or None."""
+    return find_installed(ENGINE)
+
+
 def package_root() -> Path | None:
-    """The installed SGLang's config root (the folder holding fused_moe_triton_config.py)."""
-    root = package_dir("sglang")
-    if root is None:
-        return None
-    for parts in PACKAGE_ROOTS:
-        folder = root.joinpath(*parts)
-        if (folder / CONFIG_MODULE).is_file():
-            return folder
-    return root.joinpath(*PACKAGE_ROOTS[0])
+    """The installed SGLang's config root (the folder of its fused_moe_triton_config.py).
+
+    0.5.11 and later: ``srt/layers/moe/moe_runner/triton_utils``; up to 0.5.10.post1:
+    ``srt/layers/moe/fused_moe_triton`` (see `moetune.engines.installed.RELEASES`).
+    """
+    found = installed()
+    return None if found is None else found.config_root
 
 
 def triton_folder(triton_version: str) -> str:
@@ -122,17 +125,24 @@ def down_name(name: str) -> str:
     return f"{name.removesuffix('.json')}_down.json"
 
 
-def _version_key(folder: str) -> tuple[int, ...] | None:
+def _version_key(version: str) -> tuple[int, ...] | None:
+    # SGLang's sort key, ``tuple(int(x) for x in v.split("."))``; None where it raises.
     try:
-        return tuple(int(x) for x in folder.removeprefix("triton_").split("_"))
+        return tuple(int(x) for x in version.split("."))
     except ValueError:
         return None
 
 
 def config_root(env: Mapping[str, str] | None = None, package: Path | None | str = "find"):
-    """(root folder, how it was chosen) as SGLang picks it; root None when neither exists."""
+    """(root folder, how it was chosen) as SGLang picks it; root None when neither exists.
+
+    SGLang reads the variable with ``os.environ.get(..., <its folder>)``: set but
+    empty, its root is the folder it is started from.
+    """
     env = os.environ if env is None else env
-    if env.get(FOLDER_ENV):
+    if FOLDER_ENV in env:
+        if not env[FOLDER_ENV]:
+            return Path(), f"${FOLDER_ENV} is set but empty: SGLang's cwd"
         return Path(env[FOLDER_ENV]), f"${FOLDER_ENV}"
     if package == "find":
         package = package_root()
@@ -149,33 +159,54 @@ def lookup(
     package: Path | None | str = "find",
     extra_dirs: Sequence[Path] = (),
     fallback: str | None = None,
+    triton_fallback: Sequence[str] | None = None,
 ) -> Lookup:
     """Where SGLang looks for `name` and what it finds (`extra_dirs` are tried first, flat).
 
     `triton_version` is the installed Triton's (None: not installed, so the exact
-    folder is unknown and only the version scan is shown).
+    folder is unknown and only the other folders are shown). After the installed
+    Triton's folder, SGLang tries `triton_fallback` (the versions releases up to
+    0.5.11 list) or, when None, every ``triton_*`` folder newest first; with
+    `package` "find" the installed release decides.
     """
+    notes = []
+    if package == "find":
+        engine = installed()
+        package = None if engine is None else engine.config_root
+        if engine is not None:
+            triton_fallback = engine.triton_fallback
+            if engine.note:
+                notes.append(engine.note)
     root, how = config_root(env, package)
     candidates: list[tuple[Path, str | None]] = [(Path(d) / name, None) for d in extra_dirs]
-    notes = [f"config root: {root} ({how})" if root else how]
+    notes.insert(0, f"config root: {root} ({how})" if root is not None else how)
     if triton_version is None:
         notes.append("triton is not installed: SGLang's first folder (triton_X_Y_Z) is unknown")
     if root is not None:
         configs = root / "configs"
-        installed = triton_folder(triton_version) if triton_version else None
-        if installed:
-            candidates.append((configs / installed / name, installed))
-        if configs.is_dir():
+        first = triton_folder(triton_version) if triton_version else None
+        if first:
+            candidates.append((configs / first / name, first))
+        if triton_fallback is not None:
+            for version in triton_fallback:
+                if version != triton_version:
+                    folder = triton_folder(version)
+                    candidates.append((configs / folder / name, folder))
+        elif configs.is_dir():
+            # SGLang turns each triton_* entry into a version, sorts on it (stable, newest
+            # first), skips the installed Triton's and probes triton_<version, "." -> "_">.
             others = []
             for entry in configs.iterdir():
-                if not entry.name.startswith("triton_") or entry.name == installed:
+                if not entry.name.startswith("triton_"):
                     continue
-                key = _version_key(entry.name)
+                version = entry.name.removeprefix("triton_").replace("_", ".")
+                key = _version_key(version)
                 if key is None:
                     notes.append(f"{entry.name}: not a version SGLang can sort (it would fail)")
                     continue
-                others.append((key, entry.name))
-            for _, folder in sorted(others, reverse=True):
+                if version != triton_version:
+                    others.append((key, triton_folder(version)))
+            for _, folder in sorted(others, key=lambda other: other[0], reverse=True):
                 candidates.append((configs / folder / name, folder))
         else:
             notes.append(f"{configs} does not exist (SGLang's version scan would fail on it)")
@@ -208,9 +239,17 @@ def lookup_pair(
     env: Mapping[str, str] | None = None,
     package: Path | None | str = "find",
     extra_dirs: Sequence[Path] = (),
+    triton_fallback: Sequence[str] | None = None,
 ) -> tuple[Lookup, Lookup]:
     """The up file and its ``_down`` twin, each looked up the same way."""
-    up = lookup(name, triton_version, env=env, package=package, extra_dirs=extra_dirs)
+    up = lookup(
+        name,
+        triton_version,
+        env=env,
+        package=package,
+        extra_dirs=extra_dirs,
+        triton_fallback=triton_fallback,
+    )
     down_fallback = (
         "the down GEMM reuses the up config, without TMA"
         if up.present
@@ -223,6 +262,7 @@ def lookup_pair(
         package=package,
         extra_dirs=extra_dirs,
         fallback=down_fallback,
+        triton_fallback=triton_fallback,
     )
     return up, down
 

@@ -97,3 +97,33 @@ def test_sglang_installs_the_down_twin_vllm_does_not(tmp_path):
     down = tuned(tmp_path, "{}\n", NAME.replace(".json", "_down.json"))
     assert engine_files("sglang", up) == [up, down]
     assert engine_files("vllm", up) == [up]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_empty_env_var_is_refused(engine, tmp_path):
+    # The engine would read tuned files from its working folder, not from the package.
+    env = {"VLLM_TUNED_CONFIG_FOLDER": "", "SGLANG_MOE_CONFIG_DIR": ""}
+    with pytest.raises(InstallError, match="is set but empty"):
+        install_target(engine, "3.6.0", env=env, package=tmp_path)
+    # --install-dir still wins
+    assert install_target(engine, "3.6.0", tmp_path / "mine", env=env).source == "--install-dir"
+
+
+def test_the_installed_release_gives_the_folder(tmp_path, monkeypatch):
+    from moetune.engines import sglang
+    from moetune.engines.installed import InstalledEngine
+
+    root = tmp_path / "sglang" / "srt/layers/moe/moe_runner/triton_utils"
+    found = InstalledEngine(
+        engine="sglang",
+        version="0.5.23",
+        root=tmp_path / "sglang",
+        kernel_source=None,
+        configs_dir=root / "configs",
+        lookup_source=None,
+        release="0.5.23",
+    )
+    monkeypatch.setattr(sglang, "installed", lambda: found)
+    target = install_target("sglang", "3.6.0", env={})
+    assert target.folder == root / "configs" / "triton_3_6_0"
+    assert target.source == "the installed sglang 0.5.23 package"

@@ -1,13 +1,15 @@
 """SGLang's fallback config and its lookup with the Triton-version scan and the _down twin.
 
-Expected values: sgl-project/sglang@02c7c97fea5f8c72abab610262e1a73cbba38203,
-python/sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py
-(`get_default_config`, `get_moe_configs`, `try_get_optimal_moe_config`).
+Expected values: SGLang 0.5.23's
+sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py
+(`get_default_config`, `get_moe_configs`, `try_get_optimal_moe_config`); the fixed
+fallback list: 0.5.10 and 0.5.11's.
 """
 
 import pytest
 
 from moetune.engines import sglang
+from moetune.engines.installed import InstalledEngine
 
 NAME = "E=128,N=768,device_name=NVIDIA_H200.json"
 DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"
@@ -105,3 +107,58 @@ def test_without_triton_only_the_scan_is_known(tmp_path):
     hit = sglang.lookup(NAME, None, env={}, package=root)
     assert hit.found == root / "configs" / "triton_3_4_0" / NAME
     assert any("triton is not installed" in note for note in hit.notes)
+
+
+OLD_FALLBACK = ("3.4.0", "3.3.1", "3.2.0", "3.1.0")
+
+
+def test_releases_up_to_0_5_11_try_a_fixed_list_of_other_folders(tmp_path):
+    # 0.5.10/0.5.11 never look at triton_3_5_1, even though it is newer and holds the file.
+    root = layout(tmp_path, "triton_3_5_1", "triton_3_3_1")
+    hit = sglang.lookup(NAME, "3.6.0", env={}, package=root, triton_fallback=OLD_FALLBACK)
+    assert [p.split("/")[-2] for p in hit.searched] == [
+        "triton_3_6_0",
+        "triton_3_4_0",
+        "triton_3_3_1",
+        "triton_3_2_0",
+        "triton_3_1_0",
+    ]
+    assert hit.triton_folder == "triton_3_3_1"
+
+
+def test_the_installed_release_decides_the_fallback_and_its_note_is_shown(tmp_path, monkeypatch):
+    root = layout(tmp_path / "sglang" / "srt/layers/moe/moe_runner/triton_utils", "triton_3_5_1")
+    installed = InstalledEngine(
+        engine="sglang",
+        version="0.5.11.post9",
+        root=tmp_path / "sglang",
+        kernel_source=None,
+        configs_dir=root / "configs",
+        lookup_source=None,
+        release="0.5.11",
+        triton_fallback=OLD_FALLBACK,
+        note="sglang 0.5.11.post9 is not a release moetune has read; following 0.5.11",
+    )
+    monkeypatch.setattr(sglang, "installed", lambda: installed)
+    up, down = sglang.lookup_pair(NAME, "3.6.0", env={})
+    assert up.found is None and len(up.searched) == 5
+    assert installed.note in up.notes and installed.note in down.notes
+    assert sglang.package_root() == root
+
+
+def test_an_empty_env_var_is_sglangs_cwd(tmp_path):
+    # os.environ.get("SGLANG_MOE_CONFIG_DIR", <its folder>) returns "" when set empty.
+    package = layout(tmp_path / "package", "triton_3_6_0")
+    hit = sglang.lookup(NAME, "3.6.0", env={"SGLANG_MOE_CONFIG_DIR": ""}, package=package)
+    assert hit.searched[0] == f"configs/triton_3_6_0/{NAME}"
+    assert any("set but empty" in note for note in hit.notes)
+
+
+def test_the_scan_probes_the_folder_sglang_names_not_the_one_it_listed(tmp_path):
+    # "triton_3.5.1" sorts as 3.5.1, but SGLang then opens triton_3_5_1/.
+    root = layout(tmp_path, "triton_3.5.1")
+    hit = sglang.lookup(NAME, "3.6.0", env={}, package=root)
+    assert hit.searched[1] == str(root / "configs" / "triton_3_5_1" / NAME)
+    assert hit.found is None
+    # and a folder of the installed Triton's version is skipped however it is spelled
+    assert len(sglang.lookup(NAME, "3.5.1", env={}, package=root).searched) == 1
