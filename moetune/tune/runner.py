@@ -29,7 +29,7 @@ from moetune.roofline import moe_roofline
 from moetune.tune.measurer import Backend, RunContext, StoreMeasurer
 from moetune.tune.problem import TuneProblem
 from moetune.tune.routing_load import beats_floor_note, floor_hits
-from moetune.tune.space import Candidate, DeviceLimits, PruneReport, prune
+from moetune.tune.space import Candidate, DeviceLimits, PruneReport, prune, swap_ab_candidates
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 from moetune.tune.worker import WorkUnit
 
@@ -139,7 +139,8 @@ def planned_files(
 def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:
     if not request.space:
         raise TuneError("the search space is empty")
-    pruning = {m: prune(request.space, request.problem, m, limits) for m in request.batch_sizes}
+    space = [*request.space, *swap_ab_candidates(request.space, request.problem, limits)]
+    pruning = {m: prune(space, request.problem, m, limits) for m in request.batch_sizes}
     empty = [m for m, report in pruning.items() if not report.kept]
     if empty:
         raise TuneError(
@@ -162,6 +163,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
         f"Shape:       {problem.key()}" + (f"  ({request.source})" if request.source else ""),
         f"Device:      {request.device_name}, Triton {request.triton_version}, "
         f"pruned for {plan.limits.name}",
+        f"Kernel:      {kernel_description(problem)}",
         f"Search:      {request.search} over {len(request.space)} candidates "
         f"({request.space_source})",
         f"Batch sizes: {', '.join(map(str, request.batch_sizes))}",
@@ -177,6 +179,16 @@ def plan_lines(plan: TunePlan) -> list[str]:
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
     return lines
+
+
+def kernel_description(problem: TuneProblem) -> str:
+    """The kernel the tune times: an engine's own (see `moetune.engines.launch`), or the twin."""
+    if problem.kernel is None:
+        return (
+            "moetune's twin (moetune/kernel/fused_moe_kernel.py; "
+            "the engine's own kernel is timed where the engine is installed)"
+        )
+    return problem.kernel.describe()
 
 
 def _split_and_routing_lines(plan: TunePlan) -> list[str]:
@@ -196,6 +208,7 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         "problem": plan.problem.key(),
         "device_name": plan.request.device_name,
         "triton_version": plan.request.triton_version,
+        "kernel": None if plan.problem.kernel is None else plan.problem.kernel.as_json(),
         "search": plan.request.search,
         "space_size": len(plan.request.space),
         "batch_sizes": list(plan.request.batch_sizes),
