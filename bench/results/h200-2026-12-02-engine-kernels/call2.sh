@@ -5,9 +5,9 @@ set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH=/tmp/site:$PWD:$PWD/.engines/site PYTHONUNBUFFERED=1
 R=bench/results/h200-2026-12-02-engine-kernels
-W=/tmp/w; mkdir -p $W/dsv3; pack() { tar -czf "$OUT/r.tgz" -C $W . ; }; trap pack EXIT
+W=/tmp/w; rm -rf $W; mkdir -p $W/dsv3; pack() { tar -czf "$OUT/r.tgz" -C $W . ; }; trap pack EXIT
 date -u > $W/date.txt
-[ -s $W/dsv3/measurements.jsonl ] || gunzip -c $R/call1/dsv3.measurements.jsonl.gz > $W/dsv3/measurements.jsonl
+[ -s $W/dsv3/measurements.jsonl ] || gunzip -c $R/${DSV3_STORE:-call1}/dsv3.measurements.jsonl.gz > $W/dsv3/measurements.jsonl
 step() { local name=$1 limit=$2; shift 2; local t0=$SECONDS
   timeout --signal=INT --kill-after=10 $limit "$@" > $W/$name.log 2> $W/$name.err; echo "$name rc=$? wall=$((SECONDS - t0))s" | tee -a $W/steps.txt; }
 step tune_dsv3 ${LIMIT_DSV3:-230} python3 -m moetune tune --model deepseek-ai/DeepSeek-V3 --tp 8 --engine vllm --save-dir $W/dsv3 --json
