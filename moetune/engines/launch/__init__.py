@@ -224,3 +224,30 @@ KERNEL_HELP = (
     "SGLang 0.5.23; the nearest for other releases), or moetune's twin where the engine "
     "is not installed. vllm / sglang: that engine's kernel, or an error. moetune: the twin."
 )
+
+
+BENCHMARK_KERNEL_HELP = (
+    "The kernel every column is timed on. auto: the compared engine's own fused_moe_kernel "
+    "where it is installed (with --engine both: vLLM's, else SGLang's), else moetune's twin. "
+    "vllm / sglang: that engine's kernel, or an error. moetune: the twin."
+)
+
+
+def benchmark_kernel(
+    choice: str, engines: tuple[str, ...], find_installed: Callable[[str], Any] | None = None
+) -> tuple[KernelRef | None, list[str]]:
+    """The one kernel `moetune benchmark` times every column on, and the notes to print.
+
+    A benchmark compares configs side by side, so they share a kernel: ``auto`` takes
+    the first of `engines` whose own kernel is usable here, else the twin.
+    """
+    if choice in ENGINE_LABELS:
+        resolution = resolve_kernel(choice, choice, find_installed)
+        return resolution.kernel, [resolution.note] if resolution.note else []
+    notes: list[str] = []
+    for engine in engines:
+        resolution = resolve_kernel(choice, engine, find_installed)
+        notes += [resolution.note] if resolution.note else []
+        if resolution.kernel is not None:
+            return resolution.kernel, notes
+    return None, notes
