@@ -17,11 +17,12 @@ from moetune.tune.summary_file import (
 )
 
 DATA = Path(__file__).parent / "data"
+PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
 A = Candidate(16, 32, 32, 1, 4, 2)
 FALLBACK = Candidate(16, 64, 64, 1, 4, 2)
 
 
-def finished(save_dir, problem=TuneProblem(4, 32, 64, 2, "bf16"), device="NVIDIA H200"):
+def finished(save_dir, problem=PROBLEM, device="NVIDIA H200"):
     """A TuneSummary as `run_tune` returns it, without a GPU."""
     request = TuneRequest(
         problem=problem,
