@@ -416,7 +416,6 @@ def _rebuilt(
 
     problem_key, device, triton = key
     missing: list[str] = []
-    notes: list[str] = []
     try:
         problem = TuneProblem.from_key(problem_key)
     except MoetuneError:
@@ -429,13 +428,18 @@ def _rebuilt(
     rows_config: dict[int, dict[str, int] | None] = {}
     latency: dict[int, float | None] = {}
     if table is not None:
+        untimed = []
         for m, config in sorted(table.items()):
             rows_config[m], latency[m] = config, _time_of(store, key, m, config)
-            if latency[m] is None:
-                notes.append(
-                    f"M={m}: the written config has no full-fidelity timing in the store "
-                    "(the file may come from another tune)"
-                )
+            if latency[m] is None and m in full:
+                untimed.append(str(m))
+                rows_config[m], latency[m] = full[m].candidate.as_config(), full[m].latency_us
+        if untimed:
+            missing.append(
+                f"the written config at M={', '.join(untimed)}: no whole-call timing of it in "
+                "the store (an SGLang up/down pair, or a file from another tune); shown: the "
+                "fastest full-fidelity timing"
+            )
     else:
         for m, best in sorted(full.items()):
             rows_config[m], latency[m] = best.candidate.as_config(), best.latency_us
@@ -470,7 +474,6 @@ def _rebuilt(
         baselines=baselines,
         files=[f for e in engines for f in _file_names(path, problem, device, triton, e)],
         missing=missing,
-        notes=notes,
         measurements=_counts(store, key),
     )
 

@@ -212,6 +212,30 @@ def test_an_older_save_dir_is_rebuilt_from_store_and_files_saying_what_is_missin
     assert "Rebuilt from" in text and "Missing: the roofline floor" in text
 
 
+def test_a_written_config_the_store_never_timed_whole_shows_the_fastest_timing(tuned):
+    """An SGLang-only save dir whose up table holds a config with no whole-call timing
+    (an up/down pair): the row shows the fastest full-fidelity timing, and says so."""
+    (tuned / SUMMARY_FILENAME).unlink()
+    engine_file_path("vllm", PROBLEM, "NVIDIA H200", "3.6.0", tuned).unlink()
+    sglang = engine_file_path("sglang", PROBLEM, "NVIDIA H200", "3.6.0", tuned)
+    table = json.loads(sglang.read_text())
+    never_timed = Candidate(64, 64, 64, 16, 8, 5).as_config()
+    table["16"] = never_timed
+    sglang.write_text(json.dumps(table))
+    result = CliRunner().invoke(cli, ["report", str(tuned), "--json"])
+    [shape] = json.loads(result.stdout)["shapes"]
+    assert shape["engines"] == ["sglang"]
+    rows = {row["batch_size"]: row for row in shape["results"]}
+    fastest = min(
+        m.latency_us
+        for m in ResultStore(tuned / STORE_FILENAME).all()
+        if m.batch_size == 16 and m.fidelity == "full" and m.kind == "whole" and m.ok
+    )
+    assert rows[16]["latency_us"] == fastest and rows[16]["config"] != never_timed
+    assert rows[1]["config"] == table["1"]
+    assert any(line.startswith("the written config at M=16:") for line in shape["missing"])
+
+
 def test_the_recorded_h200_runs_report_and_compare(recorded):
     newer, older = recorded
     result = report(newer, older)
