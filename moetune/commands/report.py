@@ -11,7 +11,9 @@ REPORT_FOLDER = "report"
 
 
 @click.command("report")
-@click.argument("save_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument(
+    "save_dirs", metavar="SAVE_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path)
+)
 @click.option(
     "--output",
     "-o",

@@ -294,7 +294,7 @@ def test_a_bad_save_dir_among_good_ones_writes_nothing(capsys, tuned, tmp_path):
 
 def test_no_save_dir_is_a_usage_error():
     result = CliRunner().invoke(cli, ["report"])
-    assert result.exit_code == 2 and "Missing argument 'SAVE_DIRS...'" in result.output
+    assert result.exit_code == 2 and "Missing argument 'SAVE_DIR...'" in result.output
 
 
 def test_without_matplotlib_the_tables_and_json_still_come(tuned, monkeypatch):
