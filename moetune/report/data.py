@@ -249,7 +249,12 @@ class Report:
 
 def load_report(paths: Sequence[str | Path]) -> Report:
     """Read every save dir (`ReportError` for one that is not a save dir) and compare them."""
-    dirs = [save_dir_of(Path(path)) for path in paths]
+    given = [save_dir_of(Path(path)) for path in paths]
+    # A folder given twice (under any spelling) is read once.
+    seen: dict[Path, Path] = {}
+    for path in given:
+        seen.setdefault(path.resolve(), path)
+    dirs = list(seen.values())
     names = short_names(dirs)
     shapes: list[ShapeReport] = []
     diagnostics: list[str] = []

@@ -223,7 +223,7 @@ def render_page(report: Report, made: dict[str, list[Plot]], skipped: str | None
         "<h1>moetune report</h1>",
         f"<p>moetune {escape(__version__)}: {len(report.shapes)} tuned shape(s) from "
         f"{len(report.save_dirs)} save dir(s). Times are microseconds per fused-MoE call, "
-        "timed by `moetune tune` in the same run as its baselines.</p>",
+        "timed by <code>moetune tune</code> in the same run as its baselines.</p>",
         '<table class="dirs"><thead><tr><th>save dir</th><th>shapes</th></tr></thead>'
         f"<tbody>{''.join(dirs)}</tbody></table>",
     ]

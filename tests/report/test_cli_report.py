@@ -156,6 +156,14 @@ def test_two_save_dirs_are_compared_with_a_ratio_table(tmp_path, clean_engine_en
     assert "Geomean ratio: h100 1.50x." in result.output  # the fake H100 is 1.5x slower
 
 
+def test_a_save_dir_given_twice_is_one_shape_not_a_comparison(tuned, monkeypatch):
+    monkeypatch.chdir(tuned.parent)
+    result = CliRunner().invoke(cli, ["report", str(tuned), f"./{tuned.name}/", "--json"])
+    document = json.loads(result.stdout)
+    assert document["save_dirs"] == [str(tuned)]
+    assert len(document["shapes"]) == 1 and document["comparisons"] == []
+
+
 def test_json_holds_the_same_numbers_and_writes_nothing(tuned):
     result = CliRunner().invoke(cli, ["report", str(tuned), "--json"])
     assert result.exit_code == 0, result.output
