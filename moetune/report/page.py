@@ -77,9 +77,17 @@ def make_plots(report: Report) -> dict[str, list[Plot]]:
 
 
 def write_report(report: Report, output: Path) -> Written:
-    """Write the page and its PNGs into `output`; return what was written."""
-    made = make_plots(report)
+    """Write the page and its PNGs into `output`; return what was written.
+
+    Plots that cannot be made (matplotlib missing, or failing) leave the tables alone.
+    """
     written = Written(output / PAGE_NAME)
+    try:
+        made = make_plots(report)
+    except Exception as exc:  # noqa: BLE001 - the tables must not be lost to a plotting failure
+        made = {}
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        written.skipped = f"no plots: matplotlib failed ({type(exc).__name__}: {first})"
     if not plots.available():
         written.skipped = plots.MISSING_LINE
     for plot in (plot for section in made.values() for plot in section):

@@ -323,6 +323,20 @@ def test_without_matplotlib_the_tables_and_json_still_come(tuned, monkeypatch):
     assert json.loads(result.stdout)["shapes"][0]["results"]
 
 
+def test_a_failing_plot_still_writes_the_tables(tuned, monkeypatch):
+    from moetune.report import plots
+
+    def broken(*args):
+        raise RuntimeError("no usable font\nsecond line")
+
+    monkeypatch.setattr(plots, "shape_plot", broken)
+    result = CliRunner().invoke(cli, ["report", str(tuned)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ("Note: no plots: matplotlib failed (RuntimeError: no usable font)\n")
+    page = read_page(tuned / "report")
+    assert page.images == [] and len(page.tables_of("speedup")) == 1
+
+
 def test_a_torn_store_line_is_a_note_on_stderr(tuned):
     with open(tuned / STORE_FILENAME, "a") as store:
         store.write('{"problem_key": "E=4')
