@@ -22,6 +22,7 @@ relative to the first.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from moetune.tune.summary_file import SUMMARY_FILENAME, SummaryFileError, read_s
 
 ENGINES = ("vllm", "sglang")
 FROM_SUMMARY = "summary.json"
+# A problem key's engine-kernel tag (`TuneProblem.key`): the same shape timed on another kernel.
+KERNEL_TAG = re.compile(r",kernel=([^,]+)$")
 REBUILT = "rebuilt from the store and the written files"
 
 
@@ -108,6 +111,17 @@ class ShapeReport:
     measurements: dict[str, int] = field(default_factory=dict)  # the store's rows for the shape
 
     @property
+    def shape_key(self) -> str:
+        """The problem key without the engine kernel it was timed on (``,kernel=...``)."""
+        return KERNEL_TAG.sub("", self.problem_key)
+
+    @property
+    def kernel(self) -> str:
+        """The kernel timed: the key's ``kernel=`` tag, else moetune's twin."""
+        match = KERNEL_TAG.search(self.problem_key)
+        return f"kernel {match.group(1)}" if match else "moetune kernel"
+
+    @property
     def title(self) -> str:
         return f"{self.problem_key} on {self.device_name}, Triton {self.triton_version}"
 
@@ -171,17 +185,19 @@ class Comparison:
         return self.members[0]
 
     def labels(self) -> list[str]:
-        """Each member's short name: its save dir's, with the device and Triton version
-        added where two members would read the same."""
+        """Each member's short name: its save dir's, with the device, Triton version or
+        kernel added where that tells apart members that would read the same."""
         labels = [member.name for member in self.members]
-        for extra in (
+        extras = (
             lambda m: m.device_name,
             lambda m: f"Triton {m.triton_version}",
-        ):
-            if len(set(labels)) == len(labels):
-                break
+            lambda m: m.kernel,
+        )
+        for extra in extras:
+            pairs = list(zip(labels, self.members, strict=True))
+            alike = {label: [m for n, m in pairs if n == label] for label in labels}
             labels = [
-                f"{label}, {extra(member)}" if labels.count(label) > 1 else label
+                f"{label}, {extra(member)}" if len({extra(m) for m in alike[label]}) > 1 else label
                 for label, member in zip(labels, self.members, strict=True)
             ]
         return labels
@@ -264,10 +280,11 @@ def load_report(paths: Sequence[str | Path]) -> Report:
 
 
 def compare(shapes: Sequence[ShapeReport]) -> list[Comparison]:
-    """A comparison for each problem key that two or more shapes share, in first-seen order."""
+    """A comparison for each shape (problem key less the kernel timed) that two or more
+    shapes share, in first-seen order."""
     groups: dict[str, list[ShapeReport]] = {}
     for shape in shapes:
-        groups.setdefault(shape.problem_key, []).append(shape)
+        groups.setdefault(shape.shape_key, []).append(shape)
     return [Comparison(key, members) for key, members in groups.items() if len(members) > 1]
 
 

@@ -109,3 +109,26 @@ def test_ratios_are_time_over_the_reference(first, second):
     [table] = Page(render_page(report, {}, None)).tables_of("ratio")
     assert [cell["text"] for cell in table[1][0]] == ["M", "a us", "b us", "b / a"]
     assert len(body_rows(table)) == len(comparison.batch_sizes()) + 1  # + the geomean row
+
+
+def test_one_shape_timed_on_two_kernels_is_compared_and_labelled_by_kernel():
+    from dataclasses import replace
+
+    from moetune.report.data import compare
+
+    twin = ShapeReport(
+        Path("/runs/a"),
+        "a",
+        "E=4,N=32,K=64,topk=2,dtype=bf16",
+        "NVIDIA H200",
+        "3.6.0",
+        FROM_SUMMARY,
+        ("vllm",),
+        [Row(1, CONFIG, 10.0, {})],
+        [],
+    )
+    engine = replace(twin, problem_key=twin.problem_key + ",kernel=vllm@0.33.0")
+    other = replace(twin, problem_key="E=8,N=32,K=64,topk=2,dtype=bf16")
+    [comparison] = compare([twin, engine, other])
+    assert comparison.problem_key == "E=4,N=32,K=64,topk=2,dtype=bf16"
+    assert comparison.labels() == ["a, moetune kernel", "a, kernel vllm@0.33.0"]
