@@ -4,7 +4,7 @@ PYTHON ?= python3
 .PHONY: install test test-gpu lint bench help
 
 help:
-	@echo "make install   install moetune with the kernel, test and ray extras (editable)"
+	@echo "make install   install moetune with the kernel, test, ray and report extras (editable)"
 	@echo "make test      CPU test suite (kernels under TRITON_INTERPRET=1); what CI runs"
 	@echo "make test-gpu  the same tests on a CUDA GPU, plus the GPU-only ones"
 	@echo "make lint      ruff check + ruff format --check"
@@ -12,7 +12,7 @@ help:
 
 install:
 	$(PYTHON) -m pip install torch==2.13.0
-	$(PYTHON) -m pip install -e ".[kernel,transformers,test,ray]"
+	$(PYTHON) -m pip install -e ".[kernel,transformers,test,ray,report]"
 
 test:
 	TRITON_INTERPRET=1 $(PYTHON) -m pytest -q

@@ -158,6 +158,8 @@ def tune(
     runs without it (vLLM's and SGLang's fallback configs) and with the file it
     would load today ($VLLM_TUNED_CONFIG_FOLDER, $SGLANG_MOE_CONFIG_DIR, the
     installed engine's configs, or --compare-dir), all timed in the same run.
+    It is kept in <save-dir>/summary.json: `moetune report <save-dir>` shows it
+    again later, with plots.
     """
     from rich.console import Console
 

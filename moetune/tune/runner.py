@@ -12,7 +12,8 @@ verify    each winner against the PyTorch reference; a wrong one is never
 write     the vLLM and SGLang files, atomically, schema-validated
 summary   per batch size: config, latency, speedup over each baseline,
           fraction of the roofline floor (read bandwidth and the dtype's
-          matmul peak, measured on this GPU: `moetune.tune.ceilings`)
+          matmul peak, measured on this GPU: `moetune.tune.ceilings`), kept
+          in <save-dir>/summary.json for `moetune report`
 """
 
 from __future__ import annotations
@@ -442,7 +443,18 @@ def run_tune(
     }
     summary.reused = measurer.reused
     summary.wall_s = time.perf_counter() - started
+    _record_summary(summary)
     return summary
+
+
+def _record_summary(summary: TuneSummary) -> None:
+    """Keep the summary in the save dir for `moetune report`; a failure only adds a note."""
+    from moetune.tune.summary_file import record_summary
+
+    try:
+        record_summary(summary)
+    except OSError as exc:
+        summary.notes.append(f"could not keep the summary for `moetune report`: {exc}")
 
 
 def _ceilings(backend: Backend, notes: list[str]) -> Any:
