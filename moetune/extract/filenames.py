@@ -48,7 +48,8 @@ TUNABLE_ENGINE_DTYPES = tuple(d for d in TUNE_DTYPES if d not in UNQUANTIZED)
 FALLBACK_DEVICE_NAME = "NVIDIA H200"
 
 VLLM_SEARCH_PATH = "$VLLM_TUNED_CONFIG_FOLDER/, then vllm/model_executor/layers/fused_moe/configs/"
-SGLANG_PACKAGE_DIR = "sglang/srt/layers/moe/fused_moe_triton"
+# The current SGLang release's config root (0.5.11 on); an installed SGLang's own wins.
+SGLANG_PACKAGE_DIR = "sglang/srt/layers/moe/moe_runner/triton_utils"
 
 
 @dataclass(frozen=True)
@@ -325,9 +326,19 @@ def detect_device_name() -> str | None:
 
 
 def sglang_config_dir_hint(triton_version: str | None) -> str:
-    """Where SGLang looks, as one line for humans."""
+    """Where SGLang looks, as one line for humans: the folder `moetune check` searches first.
+
+    The default root is the installed SGLang's (found without importing it), else
+    the current release's `SGLANG_PACKAGE_DIR`.
+    """
+    from moetune.engines.installed import find_installed
+
     folder = sglang_config_folder(triton_version) if triton_version else "configs/triton_X_Y_Z/"
     root = os.environ.get("SGLANG_MOE_CONFIG_DIR")
     if root:
         return f"{os.path.join(root, folder)} ($SGLANG_MOE_CONFIG_DIR)"
-    return f"$SGLANG_MOE_CONFIG_DIR/{folder}, default {SGLANG_PACKAGE_DIR}/{folder}"
+    if root == "":
+        return f"{folder} in SGLang's cwd ($SGLANG_MOE_CONFIG_DIR is set but empty)"
+    installed = find_installed("sglang")
+    default = SGLANG_PACKAGE_DIR if installed is None else str(installed.config_root)
+    return f"$SGLANG_MOE_CONFIG_DIR/{folder}, default {default}/{folder}"

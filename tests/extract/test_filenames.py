@@ -84,12 +84,32 @@ def test_sglang_down_twin_and_folder():
     assert sglang_config_folder("3.4.0") == "configs/triton_3_4_0/"
 
 
-def test_sglang_dir_hint_follows_the_environment(monkeypatch):
+def test_sglang_dir_hint_follows_the_environment(monkeypatch, tmp_path):
+    from moetune.engines import installed
+
     monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    monkeypatch.setattr(installed, "find_installed", lambda engine: None)
+    # Not installed: the current release's folder (0.5.11 on)
     assert filenames.sglang_config_dir_hint("3.6.0") == (
         "$SGLANG_MOE_CONFIG_DIR/configs/triton_3_6_0/, "
-        "default sglang/srt/layers/moe/fused_moe_triton/configs/triton_3_6_0/"
+        "default sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_6_0/"
     )
+    # Installed: the folder that release reads, the one `check` and `--install` use
+    old = installed.InstalledEngine(
+        "sglang",
+        "0.5.10",
+        tmp_path,
+        None,
+        tmp_path / "fused_moe_triton" / "configs",
+        None,
+        "0.5.10",
+    )
+    monkeypatch.setattr(installed, "find_installed", lambda engine: old)
+    assert filenames.sglang_config_dir_hint("3.6.0").endswith(
+        f", default {tmp_path}/fused_moe_triton/configs/triton_3_6_0/"
+    )
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", "")
+    assert "set but empty" in filenames.sglang_config_dir_hint("3.6.0")
     monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", "/opt/moe")
     assert filenames.sglang_config_dir_hint("3.6.0") == (
         "/opt/moe/configs/triton_3_6_0/ ($SGLANG_MOE_CONFIG_DIR)"
