@@ -23,6 +23,7 @@ This module never imports torch: the device name is passed in as a string.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -210,8 +211,9 @@ def _auto_from_quant(
 
 
 def vllm_device_name(device_name: str) -> str:
-    """torch's device name as vLLM writes it: spaces to ``_``, every H200 ``NVIDIA_H200``."""
-    name = device_name.strip().replace(" ", "_")
+    """The device name as vLLM writes it: each run of whitespace or ``/`` to one ``_``,
+    every H200 ``NVIDIA_H200``."""
+    name = re.sub(r"[\s/]+", "_", device_name.strip())
     if "H200" in name.split("_"):
         return "NVIDIA_H200"
     return name

@@ -32,6 +32,13 @@ MIXTRAL_FP16 = MoEShape(8, 2, 14336, 4096, 4096, None, "float16")
         ("NVIDIA GH200 480GB", "NVIDIA_GH200_480GB", "NVIDIA_GH200_480GB"),
         # Already-normalised input passes through unchanged.
         ("NVIDIA_H200", "NVIDIA_H200", "NVIDIA_H200"),
+        # vLLM folds each run of whitespace and "/" into one "_"; SGLang each space.
+        (
+            "AMD Instinct MI300X / MI325X",
+            "AMD_Instinct_MI300X_MI325X",
+            "AMD_Instinct_MI300X_/_MI325X",
+        ),
+        ("NVIDIA  H100", "NVIDIA_H100", "NVIDIA__H100"),
     ],
 )
 def test_device_names(torch_name, vllm, sglang):
