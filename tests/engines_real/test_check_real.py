@@ -80,6 +80,10 @@ def test_check_finds_sglangs_triton_3_6_0_h200_files(
     assert code == 0
     assert (sglang["found"], sglang["triton_folder"]) == (str(folder / name), "triton_3_6_0")
     assert sglang["searched"][0] == str(folder / name)  # the installed Triton's folder first
+    assert (
+        f"config root: {folder.parent.parent} (the installed sglang 0.5.23 package)"
+        in (sglang["notes"])
+    )
     assert (sglang["down"]["found"] is not None) == down
 
     # Under Triton 3.9.0 (no folder of its own) SGLang scans newest first and lands there too.
@@ -150,13 +154,23 @@ PROBE = textwrap.dedent(
                   "--triton-version", "3.6.0", "--json"])
         except SystemExit as exc:
             code = exc.code
+    extract = io.StringIO()
+    with contextlib.redirect_stdout(extract):
+        try:
+            main(["extract", "--model", "Qwen/Qwen3-30B-A3B", "--device-name", "NVIDIA H200",
+                  "--json"])
+        except SystemExit:
+            pass
     loaded = [n for n in ("torch", "triton", "vllm", "sglang") if n in sys.modules]
-    print(json.dumps({"code": code, "loaded": loaded, "report": json.loads(out.getvalue())}))
+    print(json.dumps({"code": code, "loaded": loaded, "report": json.loads(out.getvalue()),
+                      "extract": json.loads(extract.getvalue())}))
     """
 )
 
 
-def test_check_with_the_engines_installed_imports_neither_them_nor_torch(tmp_path, engines_site):
+def test_check_and_extract_with_the_engines_installed_import_neither_them_nor_torch(
+    tmp_path, engines_site
+):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(engines_site)]))
     result = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tmp_path
@@ -167,3 +181,5 @@ def test_check_with_the_engines_installed_imports_neither_them_nor_torch(tmp_pat
     assert probe["code"] == 0
     found = [item["found"] for item in probe["report"]["engines"]]
     assert all(path.startswith(str(engines_site.resolve())) for path in found), found
+    sglang_root = engines_site.resolve() / "sglang/srt/layers/moe/moe_runner/triton_utils"
+    assert f", default {sglang_root}/configs/triton_" in probe["extract"]["sglang_config_dir"]
