@@ -8,7 +8,7 @@ ENGINES_DIR ?= .engines
 ENGINE_WHEELS ?=
 
 help:
-	@echo "make install   install moetune with the kernel, test and ray extras (editable)"
+	@echo "make install   install moetune with the kernel, test, ray and report extras (editable)"
 	@echo "make test      CPU test suite (kernels under TRITON_INTERPRET=1); what CI runs"
 	@echo "make test-gpu  the same tests on a CUDA GPU, plus the GPU-only ones"
 	@echo "make test-engines  fetch vLLM/SGLang's released files (no deps) and test against them"
@@ -17,7 +17,7 @@ help:
 
 install:
 	$(PYTHON) -m pip install torch==2.13.0
-	$(PYTHON) -m pip install -e ".[kernel,transformers,test,ray]"
+	$(PYTHON) -m pip install -e ".[kernel,transformers,test,ray,report]"
 
 test:
 	TRITON_INTERPRET=1 $(PYTHON) -m pytest -q

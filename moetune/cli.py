@@ -36,6 +36,7 @@ COMMANDS = [
     ("moetune.commands.extract", "extract"),
     ("moetune.commands.check", "check"),
     ("moetune.commands.tune", "tune"),
+    ("moetune.commands.report", "report"),
     ("moetune.commands.benchmark", "benchmark"),
     ("moetune.commands.archs", "archs"),
     ("moetune.commands.validate", "validate"),

@@ -20,12 +20,21 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
     Readers see either the old file or the complete new one, never a torn write.
     """
+    return _atomic_write(path, text, "w")
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """`atomic_write_text` for binary content (an image)."""
+    return _atomic_write(path, data, "wb")
+
+
+def _atomic_write(path: str | os.PathLike[str], content: str | bytes, mode: str) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, mode) as handle:
+            handle.write(content)
             handle.flush()
             os.fsync(handle.fileno())
         # mkstemp creates 0600; give the file the mode a plain open() would (0666 - umask),

@@ -155,7 +155,7 @@ PROBE = textwrap.dedent(
             main(["check", "--model", "Qwen/Qwen3-30B-A3B", "--json"])
         except SystemExit as exc:
             code = exc.code
-    loaded = [n for n in ("torch", "triton", "vllm", "sglang") if n in sys.modules]
+    loaded = [n for n in ("torch", "triton", "vllm", "sglang", "matplotlib") if n in sys.modules]
     print(json.dumps({"code": code, "loaded": loaded, "report": json.loads(out.getvalue())}))
     """
 )

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from moetune.fileio import atomic_write_json, atomic_write_text
+from moetune.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 
 def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
@@ -31,3 +31,10 @@ def test_failed_write_keeps_the_old_file(tmp_path):
         atomic_write_json(target, {"bad": object()})
     assert json.loads(target.read_text()) == {"ok": True}
     assert os.listdir(tmp_path) == ["out.json"]
+
+
+def test_atomic_write_bytes_writes_them_unchanged(tmp_path):
+    data = bytes(range(256)) + b"\r\n\x00"
+    path = atomic_write_bytes(tmp_path / "plot.png", data)
+    assert path.read_bytes() == data
+    assert os.listdir(tmp_path) == ["plot.png"]

@@ -51,7 +51,7 @@ def test_readme_has_the_generated_blocks():
     assert len(names) == len(set(names)), names
     for name in ("extract-qwen", "extract-kimi", "archs", "acme-unknown", "acme-valid"):
         assert name in names
-    assert "tune-dry-run" in names
+    assert "tune-dry-run" in names and "report-h200" in names
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from moetune.commands.options import (
     model_options,
     problem_from_options,
 )
+from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
 
 
 @click.command("benchmark")
@@ -58,6 +59,13 @@ from moetune.commands.options import (
     is_flag=True,
     help="Print which config each file gives per batch size, and stop (works without a GPU).",
 )
+@click.option(
+    "--kernel",
+    type=click.Choice(KERNEL_CHOICES),
+    default="auto",
+    show_default=True,
+    help=BENCHMARK_KERNEL_HELP,
+)
 @click.option("json_", "--json", is_flag=True, help="Print the results as JSON.")
 def benchmark(
     config_files: tuple[Path, ...],
@@ -67,6 +75,7 @@ def benchmark(
     compare_dir: Path | None,
     timeout_s: float,
     dry_run: bool,
+    kernel: str,
     json_: bool,
     **model: Any,
 ) -> None:
@@ -85,7 +94,11 @@ def benchmark(
     Example usage:
         moetune benchmark --model Qwen/Qwen3-30B-A3B --config "E=128,N=768,device_name=NVIDIA_H200.json"
     """
+    from dataclasses import replace
+
+    from moetune.engines.launch import benchmark_kernel
     from moetune.tune.baselines import engine_baselines, geomean_speedup
+    from moetune.tune.runner import kernel_description
     from moetune.tune.space import DEFAULT_BATCH_SIZES
     from moetune.tune.tuned_file import as_pair, describe, load_tuned_file, same_harness
     from moetune.tune.worker import WorkerPool, WorkUnit
@@ -94,14 +107,19 @@ def benchmark(
     resolved = problem_from_options(model, dry_run=dry_run)
     for note in resolved.notes:
         click.echo(f"Note: {note}", err=True)
-    problem = resolved.problem
+    engines = ("vllm", "sglang") if engine == "both" else (engine,)
+    timed_on, kernel_notes = benchmark_kernel(kernel, engines)
+    for note in kernel_notes:
+        click.echo(f"Note: {note}", err=True)
+    problem = replace(resolved.problem, kernel=timed_on)
+    click.echo(f"Kernel: {kernel_description(problem)}", err=True)
     sizes = tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES)
     devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
 
     baselines = engine_baselines(
         problem,
         sizes,
-        ("vllm", "sglang") if engine == "both" else (engine,),
+        engines,
         resolved.device_name,
         resolved.triton_version,
         compare_dir=compare_dir,
@@ -164,6 +182,7 @@ def benchmark(
             "problem": problem.key(),
             "device_name": resolved.device_name,
             "triton_version": resolved.triton_version,
+            "kernel": None if problem.kernel is None else problem.kernel.as_json(),
             "harness": harness,
             "baselines": [b.to_dict() for b in baselines],
             "configs": names,

@@ -9,6 +9,7 @@ import click
 
 from moetune.commands.options import ListParam, default_compile_workers, model_options
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
+from moetune.engines.launch import KERNEL_CHOICES, KERNEL_HELP
 from moetune.tune.results_dir import RESULTS_ROOT
 
 SEARCHES = ("fast", "exhaustive")
@@ -109,6 +110,13 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     is_flag=True,
     help="With --install: replace a different existing file (a .bak-<time> copy is kept).",
 )
+@click.option(
+    "--kernel",
+    type=click.Choice(KERNEL_CHOICES),
+    default="auto",
+    show_default=True,
+    help=KERNEL_HELP,
+)
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
     batch_sizes: tuple[tuple[int, ...], ...],
@@ -128,6 +136,7 @@ def tune(
     install: str | None,
     install_dir: Path | None,
     overwrite_installed: bool,
+    kernel: str,
     json_: bool,
     **model: object,
 ) -> None:
@@ -149,10 +158,13 @@ def tune(
     runs without it (vLLM's and SGLang's fallback configs) and with the file it
     would load today ($VLLM_TUNED_CONFIG_FOLDER, $SGLANG_MOE_CONFIG_DIR, the
     installed engine's configs, or --compare-dir), all timed in the same run.
+    It is kept in <save-dir>/summary.json: `moetune report <save-dir>` shows it
+    again later, with plots.
     """
     from rich.console import Console
 
     from moetune.commands.options import layouts_from_options, machine_from_options
+    from moetune.engines.launch import resolve_kernels
     from moetune.extract.layouts import resolve_layouts
     from moetune.tune.results_dir import default_save_dir
     from moetune.tune.space import DEFAULT_BATCH_SIZES, default_space, load_space
@@ -177,6 +189,7 @@ def tune(
     )
     devices = machine.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     engines = ("vllm", "sglang") if engine == "both" else (engine,)
+    kernels, kernel_notes = resolve_kernels(kernel, engines)
     targets = _install_targets(install, install_dir, engines, machine.triton_version)
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
@@ -188,6 +201,7 @@ def tune(
         is_sweep=len(layouts) > 1,
         adapt=_routing_adapter(routing),
         quant_options=model,
+        kernels=kernels,
         batch_sizes=tuple(sorted({m for ms in batch_sizes for m in ms}))
         or tuple(DEFAULT_BATCH_SIZES),
         space=tuple(load_space(space_file) if space_file else default_space()),
@@ -206,6 +220,7 @@ def tune(
         compare_dir=compare_dir,
     )
     notes = [note for group in sweep.groups for note in group.notes] + machine.notes
+    notes += kernel_notes
     for note in dict.fromkeys(notes):
         err.print(f"Note: {note}", markup=False)
     for line in sweep_lines(sweep):

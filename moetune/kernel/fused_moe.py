@@ -102,6 +102,7 @@ def fused_experts(
     down_config: dict | None = None,
     quant: MoEQuant | None = None,
     ids_may_be_nonlocal: bool = False,
+    gemm=None,  # noqa: ANN001 - an `EngineGemm`
 ) -> torch.Tensor:
     """The MoE layer for routing the caller already did.
 
@@ -122,6 +123,10 @@ def fused_experts(
         ids_may_be_nonlocal: True when `topk_ids` may hold -1 or ids >= E (experts on
             another expert-parallel rank). Alignment skips those slots, so the
             buffers they would have filled are zeroed first (one memset each).
+        gemm: the GEMM launcher (`moetune.engines.launch.EngineGemm`, an engine's own
+            kernel launched as that release launches it; it also decides whether the
+            call takes the engine's naive one-block-per-slot path instead of alignment).
+            None: moetune's kernel.
 
     Returns:
         [M, K] in x's dtype.
@@ -152,17 +157,31 @@ def fused_experts(
     quant_dtype = quant.dtype if quant is not None else None
     w1_scale = quant.w1_scale if quant is not None else None
     w2_scale = quant.w2_scale if quant is not None else None
-    gemm = gemm_launcher(quant)
+    engine_gemm = gemm
+    if gemm is None:
+        gemm = gemm_launcher(quant)
     topk_weights = topk_weights.contiguous()
     split = split_configs(config, down_config)
     if split.up_tma or split.down_tma:
         check_tma_request(quant_dtype, block_shape)  # before any launch
 
-    sorted_ids, expert_ids, num_post_padded = align_block_size(
-        topk_ids, split.up["BLOCK_SIZE_M"], num_experts
-    )
-    new_buffer = torch.zeros if ids_may_be_nonlocal else torch.empty
     num_slots = num_tokens * top_k
+    if (
+        engine_gemm is not None
+        and not ids_may_be_nonlocal
+        and engine_gemm.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
+    ):
+        # No alignment: block i is slot i, of expert topk_ids[i] (vLLM's decode path).
+        sorted_ids = None
+        expert_ids = topk_ids.reshape(-1)
+        num_post_padded = torch.full(
+            (1,), num_slots * split.up["BLOCK_SIZE_M"], dtype=torch.int32, device=x.device
+        )
+    else:
+        sorted_ids, expert_ids, num_post_padded = align_block_size(
+            topk_ids, split.up["BLOCK_SIZE_M"], num_experts
+        )
+    new_buffer = torch.zeros if ids_may_be_nonlocal else torch.empty
     # Sorted layout: one row per sorted position. SGLang sizes it M*top_k +
     # min(M*top_k, E+1)*(BLOCK_SIZE_M-1) because its alignment keeps other ranks'
     # slots as an extra expert; ours skips them, so its own static bound is exact.
@@ -227,14 +246,24 @@ def fused_moe(
     config: dict | None = None,
     down_config: dict | None = None,
     quant: MoEQuant | None = None,
+    gemm=None,  # noqa: ANN001 - an `EngineGemm`
 ) -> torch.Tensor:
     """One MoE layer: route x [M, K] by `router_logits` [M, E] to `top_k` experts and combine.
 
     w1 is [E, 2N, K], w2 [E, K, N]; `config` is a tuned-file entry (None: the
     default heuristic) and `down_config` the down GEMM's (see `fused_experts`);
-    `quant` describes quantized weights (None: bf16/fp16). Returns [M, K] in x's dtype.
+    `quant` describes quantized weights (None: bf16/fp16); `gemm` the GEMM launcher
+    (None: moetune's kernel; see `fused_experts`). Returns [M, K] in x's dtype.
     """
     topk_weights, topk_ids = topk_routing(router_logits, top_k, renormalize)
     return fused_experts(
-        x, w1, w2, topk_weights, topk_ids, config=config, down_config=down_config, quant=quant
+        x,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        config=config,
+        down_config=down_config,
+        quant=quant,
+        gemm=gemm,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moetune.dtypes import (
     ALWAYS_PER_CHANNEL_DTYPES,
@@ -38,6 +38,9 @@ class MoEProblem:
     router_logits: torch.Tensor
     top_k: int
     quant: MoEQuant | None
+    # The GEMM launcher the calls run (`moetune.engines.launch.EngineGemm`: an engine's
+    # own kernel); None: moetune's kernel.
+    gemm: Any = None
 
 
 def activation_dtype(dtype: str):

@@ -159,73 +159,20 @@ def _quantize(a: Any, quant: Any) -> tuple[Any, Any]:
 def split_fused_experts(
     data: Any, weights: Any, ids: Any, config: dict, down_config: dict | None
 ) -> Any:
-    """`fused_experts` with an up and a down config.
-
-    Until the kernel takes ``down_config`` (issue 8's kernel side), a pair without
-    TMA is composed here from the same kernel steps; TMA then is `Unsupported`.
-    """
+    """`fused_experts` with an up and a down config, on `data`'s GEMM launcher."""
     from moetune.kernel.fused_moe import fused_experts
 
-    if down_config is None or down_config == config:
-        return fused_experts(
-            data.x, data.w1, data.w2, weights, ids, config=config, quant=data.quant
-        )
-    if _fused_experts_takes_down_config():
-        return fused_experts(
-            data.x,
-            data.w1,
-            data.w2,
-            weights,
-            ids,
-            config=config,
-            down_config=down_config,
-            quant=data.quant,
-        )
-    if config.get("USE_TMA") or down_config.get("USE_TMA"):
-        raise Unsupported(
-            "moetune's kernel has no TMA path yet (fused_experts takes no down_config)"
-        )
-    if config["BLOCK_SIZE_M"] != down_config["BLOCK_SIZE_M"]:
-        raise ValueError("the up and down configs must share BLOCK_SIZE_M")
-    return _compose_split(data, weights, ids, config, down_config)
-
-
-def _compose_split(data: Any, weights: Any, ids: Any, config: dict, down_config: dict) -> Any:
-    import torch
-
-    from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
-    from moetune.kernel.align import align_block_size
-    from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
-    from moetune.kernel.reduce import moe_sum
-
-    x, w1, w2, quant = data.x, data.w1, data.w2, data.quant
-    m, k = x.shape
-    num_experts, two_n, _ = w1.shape
-    top_k = ids.shape[1]
-    block_shape = quant.block_shape if quant is not None else None
-    common = dict(quant_dtype=quant.dtype if quant is not None else None, block_shape=block_shape)
-    sorted_ids, expert_ids, num_post = align_block_size(ids, config["BLOCK_SIZE_M"], num_experts)
-    alignment = dict(
-        sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post
+    return fused_experts(
+        data.x,
+        data.w1,
+        data.w2,
+        weights,
+        ids,
+        config=config,
+        down_config=None if down_config == config else down_config,
+        quant=data.quant,
+        gemm=data.gemm,
     )
-    gate_up = torch.empty(m * top_k, two_n, dtype=x.dtype, device=x.device)
-    down = torch.empty(m, top_k, k, dtype=x.dtype, device=x.device)
-    a1, a1_scale = _quantize(x, quant)
-    invoke_fused_moe_gemm(
-        a1, w1, gate_up, a_scale=a1_scale, w_scale=quant.w1_scale if quant else None,
-        topk_weights=None, mul_routed_weight=False, top_k=top_k, config=config,
-        **common, **alignment,
-    )  # fmt: skip
-    if block_shape is not None:
-        a2, a2_scale = silu_and_mul_quant_fp8(gate_up, block_shape[1])
-    else:
-        a2, a2_scale = _quantize(silu_and_mul(gate_up), quant)
-    invoke_fused_moe_gemm(
-        a2, w2, down, a_scale=a2_scale, w_scale=quant.w2_scale if quant else None,
-        topk_weights=weights.contiguous(), mul_routed_weight=True, top_k=1,
-        config=down_config, **common, **alignment,
-    )  # fmt: skip
-    return moe_sum(down)
 
 
 class _Bench:
@@ -319,7 +266,8 @@ class _Bench:
     def _launch_gemm(self, slot: dict[str, Any]) -> Any:
         from moetune.kernel.fused_moe import gemm_launcher
 
-        invoke_fused_moe_gemm = gemm_launcher(self.data.quant)  # int4 w4a16: its own kernel
+        # The engine's kernel, else moetune's (int4 w4a16: its own kernel).
+        invoke_fused_moe_gemm = self.data.gemm or gemm_launcher(self.data.quant)
         probe = self.item
         up = self.kind == "up"
         extra = {}

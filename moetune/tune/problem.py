@@ -22,6 +22,7 @@ from moetune.dtypes import (
     TUNE_BLOCK_DTYPES,
 )
 from moetune.dtypes import TUNE_DTYPES as _TUNE_DTYPES
+from moetune.engines.launch import KernelRef
 from moetune.errors import TuneError
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ BLOCK_QUANT_DTYPES = TUNE_BLOCK_DTYPES
 # `TuneProblem.key()` read back: the inverse of its format, field by field.
 KEY_PATTERN = re.compile(
     r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
-    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?$"
+    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?"
+    r"(?:,kernel=[\w.+-]+@\w+)?$"
 )
 
 
@@ -64,6 +66,8 @@ class TuneProblem:
     per_channel: bool = False
     group_size: int | None = None
     has_zp: bool = False
+    # The engine kernel timed (`moetune.engines.launch`); None: moetune's twin.
+    kernel: KernelRef | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "intermediate_size", "hidden_size", "top_k"):
@@ -163,7 +167,8 @@ class TuneProblem:
 
         The dump a ``routing=`` digest names is not in the key: the problem comes back
         with the digest and no path. A ``kernel_rev`` is the kernel's, not the
-        problem's: an older revision's key reads as today's problem.
+        problem's: an older revision's key reads as today's problem; so is a
+        ``kernel=`` engine kernel (the problem comes back without it).
         """
         match = KEY_PATTERN.match(key)
         if match is None:
@@ -198,4 +203,6 @@ class TuneProblem:
             key += f",kernel_rev={KERNEL_REVISIONS[self.dtype]}"
         if self.routing_digest is not None:
             key += f",routing={self.routing_digest}"
+        if self.kernel is not None:
+            key += f",kernel={self.kernel.tag()}"
         return key

@@ -12,7 +12,8 @@ verify    each winner against the PyTorch reference; a wrong one is never
 write     the vLLM and SGLang files, atomically, schema-validated
 summary   per batch size: config, latency, speedup over each baseline,
           fraction of the roofline floor (read bandwidth and the dtype's
-          matmul peak, measured on this GPU: `moetune.tune.ceilings`)
+          matmul peak, measured on this GPU: `moetune.tune.ceilings`), kept
+          in <save-dir>/summary.json for `moetune report`
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from moetune.roofline import moe_roofline
 from moetune.tune.measurer import Backend, RunContext, StoreMeasurer
 from moetune.tune.problem import TuneProblem
 from moetune.tune.routing_load import beats_floor_note, floor_hits
-from moetune.tune.space import Candidate, DeviceLimits, PruneReport, prune
+from moetune.tune.space import Candidate, DeviceLimits, PruneReport, prune, swap_ab_candidates
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 from moetune.tune.worker import WorkUnit
 
@@ -139,7 +140,8 @@ def planned_files(
 def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:
     if not request.space:
         raise TuneError("the search space is empty")
-    pruning = {m: prune(request.space, request.problem, m, limits) for m in request.batch_sizes}
+    space = [*request.space, *swap_ab_candidates(request.space, request.problem, limits)]
+    pruning = {m: prune(space, request.problem, m, limits) for m in request.batch_sizes}
     empty = [m for m, report in pruning.items() if not report.kept]
     if empty:
         raise TuneError(
@@ -162,6 +164,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
         f"Shape:       {problem.key()}" + (f"  ({request.source})" if request.source else ""),
         f"Device:      {request.device_name}, Triton {request.triton_version}, "
         f"pruned for {plan.limits.name}",
+        f"Kernel:      {kernel_description(problem)}",
         f"Search:      {request.search} over {len(request.space)} candidates "
         f"({request.space_source})",
         f"Batch sizes: {', '.join(map(str, request.batch_sizes))}",
@@ -177,6 +180,16 @@ def plan_lines(plan: TunePlan) -> list[str]:
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
     return lines
+
+
+def kernel_description(problem: TuneProblem) -> str:
+    """The kernel the tune times: an engine's own (see `moetune.engines.launch`), or the twin."""
+    if problem.kernel is None:
+        return (
+            "moetune's twin (moetune/kernel/fused_moe_kernel.py; "
+            "the engine's own kernel is timed where the engine is installed)"
+        )
+    return problem.kernel.describe()
 
 
 def _split_and_routing_lines(plan: TunePlan) -> list[str]:
@@ -196,6 +209,7 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         "problem": plan.problem.key(),
         "device_name": plan.request.device_name,
         "triton_version": plan.request.triton_version,
+        "kernel": None if plan.problem.kernel is None else plan.problem.kernel.as_json(),
         "search": plan.request.search,
         "space_size": len(plan.request.space),
         "batch_sizes": list(plan.request.batch_sizes),
@@ -429,7 +443,18 @@ def run_tune(
     }
     summary.reused = measurer.reused
     summary.wall_s = time.perf_counter() - started
+    _record_summary(summary)
     return summary
+
+
+def _record_summary(summary: TuneSummary) -> None:
+    """Keep the summary in the save dir for `moetune report`; a failure only adds a note."""
+    from moetune.tune.summary_file import record_summary
+
+    try:
+        record_summary(summary)
+    except OSError as exc:
+        summary.notes.append(f"could not keep the summary for `moetune report`: {exc}")
 
 
 def _ceilings(backend: Backend, notes: list[str]) -> Any:

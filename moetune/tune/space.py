@@ -48,6 +48,11 @@ DEFAULT_BATCH_SIZES = ENGINE_BATCH_SIZES
 _TILE_PARAMS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")
 
 
+# The thinnest token tile: legal only where the kernel swaps A and B (`swap_ab_candidates`).
+SWAP_AB_BLOCK_M = 8
+SWAP_AB_MIN_BLOCK_N = 64
+
+
 def _is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
@@ -57,7 +62,9 @@ class Candidate:
     """One kernel config. Field names are the engines' JSON keys.
 
     Tiles are powers of two of at least 16 (``tl.arange`` and ``tl.dot``
-    require it), `num_warps` a power of two; anything else raises `TuneError`.
+    require it), but BLOCK_SIZE_M may be 8: the engines' fp8 kernels on sm90 swap
+    A and B (``SWAP_AB``), which makes the token tile the dot's N (see
+    `swap_ab_candidates`). `num_warps` is a power of two; anything else raises `TuneError`.
     """
 
     BLOCK_SIZE_M: int
@@ -74,8 +81,9 @@ class Candidate:
                 raise TuneError(f"{name} must be a positive integer, got {value!r}")
         for name in _TILE_PARAMS:
             value = getattr(self, name)
-            if value < 16 or not _is_power_of_two(value):
-                raise TuneError(f"{name} must be a power of two >= 16, got {value}")
+            least = SWAP_AB_BLOCK_M if name == "BLOCK_SIZE_M" else 16
+            if value < least or not _is_power_of_two(value):
+                raise TuneError(f"{name} must be a power of two >= {least}, got {value}")
         if not _is_power_of_two(self.num_warps) or self.num_warps > 32:
             raise TuneError(f"num_warps must be 1, 2, 4, 8, 16 or 32, got {self.num_warps}")
 
@@ -277,6 +285,27 @@ def shared_memory_lower_bound(
     return int(pipeline_buffers(candidate, problem, limits) * per_stage)  # int4: half bytes
 
 
+def swap_ab_candidates(
+    space: Iterable[Candidate], problem: TuneProblem, limits: DeviceLimits
+) -> list[Candidate]:
+    """The 8-row twins of the space's BLOCK_SIZE_M=16 tiles, where the timed kernel swaps.
+
+    vLLM 0.33's and SGLang 0.5.23's kernels swap A and B (``SWAP_AB``) for fp8_w8a8
+    on compute capability 9.0 when BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64: the
+    tokens become the dot's N, so an 8-row tile is legal (vLLM ships such configs for
+    decode). Only the engines' own kernels swap; moetune's twin does not.
+    """
+    if problem.kernel is None or problem.dtype != "fp8_w8a8" or limits.compute_capability != (9, 0):
+        return []
+    return sorted(
+        {
+            replace(c, BLOCK_SIZE_M=SWAP_AB_BLOCK_M)
+            for c in space
+            if c.BLOCK_SIZE_M == 16 and c.BLOCK_SIZE_N >= SWAP_AB_MIN_BLOCK_N
+        }
+    )
+
+
 def rule_block_quant(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
     """Block-quantized fp8: BLOCK_SIZE_K must divide the weight block's block_k.
 
@@ -381,7 +410,7 @@ def rule_block_m_covers_experts(candidates: list[Candidate], ctx: PruneContext) 
         candidates,
         "BLOCK_SIZE_M",
         lambda c: c.BLOCK_SIZE_M >= m,
-        kind=lambda c: c.BLOCK_SIZE_M >= WGMMA_MIN_BLOCK_M,
+        kind=lambda c: (c.BLOCK_SIZE_M >= WGMMA_MIN_BLOCK_M, c.BLOCK_SIZE_M < 16),
     )
 
 

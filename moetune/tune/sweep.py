@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import math
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from moetune.dtypes import quant_details
+from moetune.engines.launch import KernelRef
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
 from moetune.tune.measurer import Backend
@@ -171,6 +172,7 @@ def plan_sweep(
     is_sweep: bool = True,
     adapt: Callable[[TuneProblem], TuneProblem] | None = None,
     quant_options: dict[str, Any] | None = None,
+    kernels: Mapping[str, KernelRef | None] | None = None,
     **request: Any,
 ) -> SweepPlan:
     """One `TunePlan` per distinct problem; `request` holds the `TuneRequest` fields but the problem.
@@ -180,6 +182,8 @@ def plan_sweep(
     whose files would overwrite another shape's files (bf16 and fp16 share the
     engines' file names), or whose kernel the tuner cannot time (GPTQ int4...),
     is skipped, with the reason. A single layout that fails raises its own error.
+    `kernels` maps each engine to the kernel its file is timed on (None or absent:
+    moetune's twin); engines on different kernels get one plan each.
     """
     skipped = list(resolved.skipped)
     shards = []
@@ -212,9 +216,19 @@ def plan_sweep(
         if refused:
             notes = tuple(refused[e] for e in asked if e in refused)
             group = replace(group, notes=group.notes + notes)
-        fields = {**request, "engines": engines}
-        plan = make_plan(TuneRequest(problem=group.problem, source=source, **fields), limits)
-        clash = next((owners[path] for path in plan.files if path in owners), None)
+        group_plans = [
+            make_plan(
+                TuneRequest(
+                    problem=replace(group.problem, kernel=kernel),
+                    source=source,
+                    **{**request, "engines": on_kernel},
+                ),
+                limits,
+            )
+            for kernel, on_kernel in _by_kernel(engines, kernels or {})
+        ]
+        files = [path for plan in group_plans for path in plan.files]
+        clash = next((owners[path] for path in files if path in owners), None)
         if clash is not None:
             skipped.extend(
                 SkippedLayout(
@@ -225,9 +239,10 @@ def plan_sweep(
                 for layout in group.layouts
             )
             continue
-        owners.update(dict.fromkeys(plan.files, group))
-        groups.append(group)
-        plans.append(plan)
+        owners.update(dict.fromkeys(files, group))
+        for plan in group_plans:
+            groups.append(group)
+            plans.append(plan)
     if not plans:
         if not is_sweep and len(skipped) == 1:
             raise TuneError(skipped[0].reason)  # one layout: its own error, as before sweeps
@@ -246,6 +261,16 @@ def plan_sweep(
     )
 
 
+def _by_kernel(
+    engines: Sequence[str], kernels: Mapping[str, KernelRef | None]
+) -> list[tuple[KernelRef | None, tuple[str, ...]]]:
+    """The engines grouped by the kernel their files are timed on, in `engines`' order."""
+    grouped: dict[KernelRef | None, list[str]] = {}
+    for engine in engines:
+        grouped.setdefault(kernels.get(engine), []).append(engine)
+    return [(kernel, tuple(names)) for kernel, names in grouped.items()]
+
+
 def format_duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
@@ -255,9 +280,12 @@ def format_duration(seconds: float) -> str:
 def sweep_lines(sweep: SweepPlan) -> list[str]:
     """The plan as printed before any work (a single layout: the plain plan plus two lines)."""
     estimates = sweep.estimates()
-    if not sweep.is_sweep:
-        group, plan, est = sweep.groups[0], sweep.plans[0], estimates[0]
-        return [*plan_lines(plan), _estimate_line(est.seconds, est.split)]
+    if not sweep.is_sweep:  # one layout: its plan, or one per kernel timed
+        lines: list[str] = []
+        for plan, est in zip(sweep.plans, estimates, strict=True):
+            lines += ([""] if lines else []) + plan_lines(plan)
+            lines.append(_estimate_line(est.seconds, est.split))
+        return lines
     reason = {s.layout: s.reason for s in sweep.skipped}
     width = max(len(layout.label()) for layout in sweep.layouts)
     lines = [
@@ -311,7 +339,7 @@ def _shape_extra(sweep: SweepPlan, index: int) -> dict[str, Any]:
 
 def sweep_json(sweep: SweepPlan) -> dict[str, Any]:
     """A single layout: the plan's JSON plus its layouts and estimate; a sweep: every shape."""
-    if not sweep.is_sweep:
+    if not sweep.is_sweep and len(sweep.plans) == 1:
         return {**plan_json(sweep.plans[0]), **_shape_extra(sweep, 0)}
     reason = {s.layout: s.reason for s in sweep.skipped}
     layouts = []
@@ -354,7 +382,7 @@ class SweepSummary:
 
 def sweep_summary_json(result: SweepSummary) -> dict[str, Any]:
     sweep = result.sweep
-    if not sweep.is_sweep:
+    if not sweep.is_sweep and len(result.summaries) == 1:
         return {**summary_json(result.summaries[0]), "layouts": sweep.groups[0].labels()}
     plan = sweep_json(sweep)
     return {

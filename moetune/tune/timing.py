@@ -95,6 +95,7 @@ def _call(problem: Any, config: dict, router_logits: Any) -> Any:
         problem.top_k,
         config=config,
         quant=problem.quant,
+        gemm=problem.gemm,
     )
 
 

@@ -68,7 +68,7 @@ def check_output(problem: Any, config: dict, dtype: str, *, corrupt: bool = Fals
     from moetune.kernel.naive import naive_fused_moe
 
     args = (problem.x, problem.w1, problem.w2, problem.router_logits, problem.top_k)
-    out = fused_moe(*args, config=config, quant=problem.quant)
+    out = fused_moe(*args, config=config, quant=problem.quant, gemm=problem.gemm)
     ref = naive_fused_moe(*args, quant=problem.quant)
     if corrupt:
         out = out + 1.0

@@ -1,0 +1,93 @@
+"""Time per batch size, log-log, as PNG bytes: one plot per (shape, engine), one per comparison.
+
+matplotlib is optional (``pip install -e ".[report]"``) and imported inside the
+plotting functions only, through its object API (`Figure`, the Agg canvas): no
+pyplot, no display, no global state.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from typing import Any
+
+from moetune.report.data import Comparison, ShapeReport
+
+INSTALL_HINT = 'pip install -e ".[report]"'
+MISSING_LINE = f"no plots: matplotlib is not installed ({INSTALL_HINT} adds it)"
+STYLES = {  # by baseline key: line style and marker
+    "vllm_fallback": ("--", "s"),
+    "sglang_fallback": ("--", "D"),
+    "vllm_file": ("-.", "^"),
+    "sglang_file": ("-.", "v"),
+}
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported (without importing it)."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _figure(title: str) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7.0, 4.6), dpi=100, layout="constrained")
+    axes = figure.add_subplot()
+    axes.set_title(title, fontsize=9)
+    return figure, axes
+
+
+def _finish(figure: Any, axes: Any, batch_sizes: list[int]) -> bytes:
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xticks(batch_sizes, [str(m) for m in batch_sizes], fontsize=7, rotation=45)
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    axes.yaxis.set_minor_formatter(NullFormatter())
+    axes.tick_params(axis="y", which="both", labelsize=7)
+    axes.set_xlabel("batch size M (tokens)")
+    axes.set_ylabel("time per fused-MoE call (us)")
+    axes.grid(True, which="major", alpha=0.3)
+    axes.legend(fontsize=8)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _points(pairs: list[tuple[int, float | None]]) -> tuple[list[int], list[float]]:
+    kept = [(m, v) for m, v in pairs if v is not None]
+    return [m for m, _ in kept], [v for _, v in kept]
+
+
+def shape_plot(shape: ShapeReport, engine: str | None) -> bytes:
+    """The tuned config against `engine`'s baselines (None: all) and the floor, as PNG."""
+    which = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine or "", "all engines")
+    figure, axes = _figure(f"{shape.title}\n{shape.name}: {which}")
+    ms = [row.batch_size for row in shape.rows]
+    x, y = _points([(r.batch_size, r.latency_us) for r in shape.rows])
+    axes.plot(x, y, "-o", color="C0", linewidth=2, markersize=4, label="tuned (moetune)")
+    for index, baseline in enumerate(shape.baselines_of(engine), start=1):
+        style, marker = STYLES.get(baseline.key, ("--", "x"))
+        x, y = _points([(r.batch_size, r.baseline_us.get(baseline.key)) for r in shape.rows])
+        axes.plot(x, y, style, marker=marker, color=f"C{index}", markersize=4, label=baseline.label)
+    x, y = _points([(r.batch_size, r.floor_us) for r in shape.rows])
+    if x:
+        axes.plot(x, y, ":", color="0.4", label="roofline floor")
+    return _finish(figure, axes, ms)
+
+
+def comparison_plot(comparison: Comparison) -> bytes:
+    """Each member's tuned time (and its floor, where kept) on one set of axes, as PNG."""
+    figure, axes = _figure(f"{comparison.problem_key}\ntuned time, compared")
+    for index, (label, member) in enumerate(
+        zip(comparison.labels(), comparison.members, strict=True)
+    ):
+        x, y = _points([(m, comparison.latency(member, m)) for m in comparison.batch_sizes()])
+        axes.plot(x, y, "-o", color=f"C{index}", markersize=4, label=label)
+        x, y = _points([(r.batch_size, r.floor_us) for r in member.rows])
+        if x:
+            axes.plot(x, y, ":", color=f"C{index}", label=f"{label}: roofline floor")
+    return _finish(figure, axes, comparison.batch_sizes())

@@ -1,0 +1,268 @@
+"""Which kernel a tune times (`moetune.engines.launch`) and compiling an engine's source (`.source`).
+
+The released engines' own kernels are tested in tests/engines_real (``make test-engines``);
+here stand-in sources and stand-in installs check the rules without them.
+"""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from moetune.cli import cli, main
+from moetune.engines.launch import (
+    KernelChoiceError,
+    KernelRef,
+    benchmark_kernel,
+    resolve_kernel,
+    resolve_kernels,
+    sglang_0_5_23,
+    vllm_0_33,
+)
+from moetune.engines.source import EngineSourceError, has_jit_functions, load_jit_functions
+from moetune.tune.problem import TuneProblem
+from moetune.tune.space import SWAP_AB_BLOCK_M, DeviceLimits, default_space, swap_ab_candidates
+
+STAND_IN_KERNEL = """\
+import torch  # never executed: only the jit functions are
+import triton
+import triton.language as tl
+
+RAISES_IF_RUN = 1 / 0
+
+
+@triton.jit
+def _twice(x):
+    return x * 2
+
+
+@triton.jit
+def fused_moe_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, _twice(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+def not_a_kernel():
+    raise RuntimeError("never called")
+"""
+
+
+@pytest.fixture
+def kernel_file(tmp_path: Path) -> Path:
+    path = tmp_path / "fused_moe.py"
+    path.write_text(STAND_IN_KERNEL)
+    return path
+
+
+def installed(version, release, source, root="/site/vllm"):  # noqa: ANN001, ANN201
+    return SimpleNamespace(version=version, release=release, kernel_source=source, root=root)
+
+
+def test_jit_functions_compile_from_the_source_file_alone(kernel_file: Path) -> None:
+    import torch
+
+    loaded = load_jit_functions(kernel_file, ("fused_moe_kernel",))
+    # The helper it calls comes along; the module's statements never ran (1 / 0 above).
+    assert sorted(loaded.functions) == ["_twice", "fused_moe_kernel"]
+    assert len(loaded.digest) == 12
+    x = torch.arange(5, dtype=torch.float32)
+    y = torch.zeros(5)
+    loaded["fused_moe_kernel"][(1,)](x, y, 5, BLOCK=8)
+    assert y.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("def fused_moe_kernel(): pass\n", "has no @triton.jit fused_moe_kernel"),
+        ("@triton.jit\ndef fused_moe_kernel(:\n", "cannot read the engine's kernel source"),
+        (b"\xff\xfe", "cannot read the engine's kernel source"),
+    ],
+)
+def test_a_source_without_the_kernel_is_one_line(tmp_path: Path, text, expected) -> None:  # noqa: ANN001
+    path = tmp_path / "fused_moe.py"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(EngineSourceError, match=expected) as info:
+        has_jit_functions(path, ("fused_moe_kernel",))
+    assert "\n" not in str(info.value)
+
+
+def test_auto_times_the_installed_engines_kernel(kernel_file: Path) -> None:
+    resolution = resolve_kernel(
+        "auto", "vllm", lambda e: installed("0.33.0", "0.33.0", kernel_file)
+    )
+    ref = resolution.kernel
+    assert resolution.note is None
+    assert (ref.engine, ref.version, ref.release, ref.source) == (
+        "vllm",
+        "0.33.0",
+        "0.33.0",
+        str(kernel_file),
+    )
+    assert ref.tag() == f"vllm-0.33.0@{ref.digest}"
+    assert f"vLLM 0.33.0's fused_moe_kernel ({kernel_file})" == ref.describe()
+
+
+def test_auto_falls_back_to_the_twin_when_the_engine_is_absent() -> None:
+    resolution = resolve_kernel("auto", "sglang", lambda e: None)
+    assert resolution.kernel is None and resolution.note is None
+
+
+def test_an_unknown_release_is_launched_as_the_nearest_known_one(kernel_file: Path) -> None:
+    find = lambda e: installed("0.33.2", "0.33.0", kernel_file)  # noqa: E731
+    resolution = resolve_kernel("auto", "vllm", find)
+    assert resolution.kernel.release == "0.33.0" and resolution.kernel.version == "0.33.2"
+    assert resolution.note == ("vLLM 0.33.2: its kernel is launched as vLLM 0.33.0 launches it")
+    with pytest.raises(KernelChoiceError, match=r"supported: 0\.33\.0"):
+        resolve_kernel("vllm", "vllm", find)
+
+
+def test_a_release_without_a_known_launch_gets_the_twin_with_a_note(kernel_file: Path) -> None:
+    find = lambda e: installed("0.5.12", "0.5.12", kernel_file)  # noqa: E731
+    resolution = resolve_kernel("auto", "sglang", find)
+    assert resolution.kernel is None
+    assert "SGLang 0.5.12 is a release whose kernel launch moetune does not know" in (
+        resolution.note
+    )
+    assert "twin" in resolution.note
+    with pytest.raises(KernelChoiceError, match="supported: 0.5.23"):
+        resolve_kernel("sglang", "sglang", find)
+
+
+def test_a_source_without_the_kernel_gets_the_twin(tmp_path: Path) -> None:
+    empty = tmp_path / "fused_moe.py"
+    empty.write_text("x = 1\n")
+    find = lambda e: installed("0.33.0", "0.33.0", empty)  # noqa: E731
+    resolution = resolve_kernel("auto", "vllm", find)
+    assert resolution.kernel is None and "has no @triton.jit fused_moe_kernel" in resolution.note
+    with pytest.raises(KernelChoiceError, match="has no @triton.jit"):
+        resolve_kernel("vllm", "vllm", find)
+    missing = lambda e: installed("0.33.0", "0.33.0", None)  # noqa: E731
+    assert resolve_kernel("auto", "vllm", missing).kernel is None
+    with pytest.raises(KernelChoiceError, match="has no fused-MoE kernel file"):
+        resolve_kernel("vllm", "vllm", missing)
+
+
+def test_an_explicit_engine_kernel_needs_that_engine_alone() -> None:
+    with pytest.raises(KernelChoiceError, match="needs --engine vllm"):
+        resolve_kernels("vllm", ("vllm", "sglang"), lambda e: None)
+    with pytest.raises(KernelChoiceError, match="vLLM is not installed"):
+        resolve_kernels("vllm", ("vllm",), lambda e: None)
+    assert resolve_kernels("moetune", ("vllm", "sglang"), lambda e: None) == (
+        {"vllm": None, "sglang": None},
+        [],
+    )
+
+
+def test_benchmark_times_every_column_on_the_first_usable_engine_kernel(kernel_file) -> None:  # noqa: ANN001
+    only_sglang = lambda e: installed("0.5.23", "0.5.23", kernel_file) if e == "sglang" else None  # noqa: E731
+    kernel, notes = benchmark_kernel("auto", ("vllm", "sglang"), only_sglang)
+    assert kernel.engine == "sglang" and notes == []
+    assert benchmark_kernel("moetune", ("vllm",), only_sglang) == (None, [])
+
+
+def test_vllm_0_33_takes_the_naive_path_for_sparse_decode() -> None:
+    # DeepSeek-V3 TP8 (256 experts, top-8): up to M=8 each slot is its own block.
+    assert vllm_0_33.naive_assignment(8 * 8, 256, "fp8_w8a8", (128, 128))
+    assert not vllm_0_33.naive_assignment(9 * 8, 256, "fp8_w8a8", (128, 128))
+    # int4/int8 weight-only with a group never does; SGLang never does.
+    assert not vllm_0_33.naive_assignment(8, 256, "int4_w4a16", (0, 128))
+    assert not sglang_0_5_23.naive_assignment(8, 256, None, None)
+
+
+@pytest.mark.parametrize(
+    ("bm", "bn", "dtype", "capability", "swapped"),
+    [
+        (16, 64, "fp8_w8a8", (9, 0), True),
+        (8, 128, "fp8_w8a8", (9, 0), True),
+        (64, 64, "fp8_w8a8", (9, 0), False),  # wgmma rows already
+        (16, 32, "fp8_w8a8", (9, 0), False),  # too narrow to be the dot's M
+        (16, 64, None, (9, 0), False),  # bf16 never swaps
+        (16, 64, "fp8_w8a8", (10, 0), False),  # vLLM: sm90 exactly
+        (16, 64, "fp8_w8a8", None, False),  # no CUDA device (the interpreter)
+    ],
+)
+def test_swap_ab_rule(bm, bn, dtype, capability, swapped) -> None:  # noqa: ANN001
+    config = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn}
+    assert vllm_0_33.swap_ab(config, dtype, capability) is swapped
+
+
+def test_vllm_refuses_sglang_only_configs() -> None:
+    assert "TMA" in vllm_0_33.refusal({"USE_TMA": True}, None)
+    assert vllm_0_33.refusal({}, "int4_w4a16") is not None
+    assert vllm_0_33.refusal({"BLOCK_SIZE_M": 16}, "fp8_w8a8") is None
+
+
+REF = KernelRef("vllm", "0.33.0", "0.33.0", "/site/vllm/fused_moe.py", "f37773a8ca2c")
+
+
+def test_the_store_key_names_the_kernel_timed() -> None:
+    twin = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
+    engine = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128), kernel=REF)
+    assert engine.key() == twin.key() + ",kernel=vllm-0.33.0@f37773a8ca2c"
+    # The key reads back as the problem; the kernel is the measurement's, not the shape's.
+    assert TuneProblem.from_key(engine.key()) == twin
+
+
+def test_eight_row_tiles_join_the_space_only_where_the_timed_kernel_swaps() -> None:
+    space = default_space()
+    hopper = DeviceLimits.h200()
+    fp8 = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128), kernel=REF)
+    added = swap_ab_candidates(space, fp8, hopper)
+    assert added and {c.BLOCK_SIZE_M for c in added} == {SWAP_AB_BLOCK_M}
+    assert min(c.BLOCK_SIZE_N for c in added) == 64
+    assert len(added) == sum(1 for c in space if c.BLOCK_SIZE_M == 16 and c.BLOCK_SIZE_N >= 64)
+    from dataclasses import replace
+
+    assert swap_ab_candidates(space, replace(fp8, kernel=None), hopper) == []
+    assert swap_ab_candidates(space, replace(fp8, dtype="bf16", block_shape=None), hopper) == []
+    other = DeviceLimits(232_448, 148, "NVIDIA B200", (10, 0))
+    assert swap_ab_candidates(space, fp8, other) == []
+
+
+def run(capsys, *args):  # noqa: ANN001, ANN002, ANN201
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_tune_kernel_vllm_without_vllm_is_one_line(capsys) -> None:  # noqa: ANN001
+    code, _, err = run(
+        capsys, "tune", "--model", "Qwen/Qwen3-30B-A3B", "--tp", "1", "--engine", "vllm",
+        "--kernel", "vllm", "--dry-run", "--device-name", "NVIDIA_H200",
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "Error: --kernel vllm: vLLM is not installed in this Python environment "
+        "(pip install vllm==0.33.0, or use --kernel auto)"
+    )
+
+
+def stand_in_vllm(site: Path, kernel_text: str) -> None:
+    """A ``pip install --no-deps`` of vLLM 0.33.0 as find_installed sees it."""
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    dist = site / "vllm-0.33.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
+    fused_moe = site / "vllm" / "model_executor" / "layers" / "fused_moe"
+    fused_moe.mkdir(parents=True)
+    (fused_moe / "fused_moe.py").write_text(kernel_text)
+    (fused_moe / "configs").mkdir()
+
+
+def test_tune_plan_names_the_installed_engines_kernel(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    stand_in_vllm(tmp_path, STAND_IN_KERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(
+        cli,
+        ["tune", "--model", "Qwen/Qwen3-30B-A3B", "--tp", "1", "--engine", "vllm",
+         "--dry-run", "--device-name", "NVIDIA_H200", "--save-dir", str(tmp_path / "out")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    source = tmp_path / "vllm" / "model_executor" / "layers" / "fused_moe" / "fused_moe.py"
+    assert f"Kernel:      vLLM 0.33.0's fused_moe_kernel ({source})" in result.output
+    assert ",kernel=vllm-0.33.0@" in result.output
