@@ -53,7 +53,7 @@ def test_dry_run_shows_the_entry_each_file_gives_per_batch_size(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Would time E=128,N=768,K=2048,topk=8,dtype=bf16 on NVIDIA_H200")
     # M=100 takes the published file's nearest key (96), as the engines do.
-    # The engines' own configs first: vLLM's fallback after PR #34846 at M=100, then SGLang's.
+    # The engines' own configs first: vLLM 0.33.0's fallback at M=100, then SGLang's.
     assert lines[2].startswith("  M=100   vllm_fallback M64 N128 K64 G1 w4 s3, sglang_fallback ")
     assert lines[2].endswith("E=128,N=768,device_name=NVIDIA_H200.json M16 N128 K128 G1 w4 s2")
     assert lines[1].endswith("E=128,N=768,device_name=NVIDIA_H200.json M16 N64 K64 G1 w4 s5")

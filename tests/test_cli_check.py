@@ -67,7 +67,7 @@ def test_nothing_anywhere_exits_4_with_the_fallback_and_the_tune_command(capsys)
     code, out, _ = run(capsys, *ARGS)
     assert code == 4
     assert f"vLLM: {NAME}" in out and f"SGLang: {NAME}" in out
-    # vLLM's fallback at M=1..32 after PR #34846, and SGLang's M <= E tile
+    # vLLM 0.33.0's fallback at M=1..32, and SGLang's M <= E tile
     assert "M 1-32        M16 N64 K128 G1 w4 s4" in out
     assert "M 1-128       M16 N32 K64 G1 w- s-" in out
     assert (

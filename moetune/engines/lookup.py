@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,17 +76,6 @@ class Lookup:
             "fallback": self.fallback,
             "notes": list(self.notes),
         }
-
-
-def package_dir(name: str) -> Path | None:
-    """The folder of an installed top-level package, found without importing it."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def load_table(path: Path) -> dict[int, dict[str, Any]]:

@@ -169,7 +169,7 @@ def lookup(
     0.5.11 list) or, when None, every ``triton_*`` folder newest first; with
     `package` "find" the installed release decides.
     """
-    notes = []
+    notes, engine = [], None
     if package == "find":
         engine = installed()
         package = None if engine is None else engine.config_root
@@ -178,6 +178,8 @@ def lookup(
             if engine.note:
                 notes.append(engine.note)
     root, how = config_root(env, package)
+    if engine is not None and how == "the installed sglang package":
+        how = f"the installed {engine.label} package"
     candidates: list[tuple[Path, str | None]] = [(Path(d) / name, None) for d in extra_dirs]
     notes.insert(0, f"config root: {root} ({how})" if root is not None else how)
     if triton_version is None:

@@ -23,6 +23,7 @@ This module never imports torch: the device name is passed in as a string.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -48,7 +49,8 @@ TUNABLE_ENGINE_DTYPES = tuple(d for d in TUNE_DTYPES if d not in UNQUANTIZED)
 FALLBACK_DEVICE_NAME = "NVIDIA H200"
 
 VLLM_SEARCH_PATH = "$VLLM_TUNED_CONFIG_FOLDER/, then vllm/model_executor/layers/fused_moe/configs/"
-SGLANG_PACKAGE_DIR = "sglang/srt/layers/moe/fused_moe_triton"
+# The current SGLang release's config root (0.5.11 on); an installed SGLang's own wins.
+SGLANG_PACKAGE_DIR = "sglang/srt/layers/moe/moe_runner/triton_utils"
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,9 @@ def _auto_from_quant(
 
 
 def vllm_device_name(device_name: str) -> str:
-    """torch's device name as vLLM writes it: spaces to ``_``, every H200 ``NVIDIA_H200``."""
-    name = device_name.strip().replace(" ", "_")
+    """The device name as vLLM writes it: each run of whitespace or ``/`` to one ``_``,
+    every H200 ``NVIDIA_H200``."""
+    name = re.sub(r"[\s/]+", "_", device_name.strip())
     if "H200" in name.split("_"):
         return "NVIDIA_H200"
     return name
@@ -325,9 +328,19 @@ def detect_device_name() -> str | None:
 
 
 def sglang_config_dir_hint(triton_version: str | None) -> str:
-    """Where SGLang looks, as one line for humans."""
+    """Where SGLang looks, as one line for humans: the folder `moetune check` searches first.
+
+    The default root is the installed SGLang's (found without importing it), else
+    the current release's `SGLANG_PACKAGE_DIR`.
+    """
+    from moetune.engines.installed import find_installed
+
     folder = sglang_config_folder(triton_version) if triton_version else "configs/triton_X_Y_Z/"
     root = os.environ.get("SGLANG_MOE_CONFIG_DIR")
     if root:
         return f"{os.path.join(root, folder)} ($SGLANG_MOE_CONFIG_DIR)"
-    return f"$SGLANG_MOE_CONFIG_DIR/{folder}, default {SGLANG_PACKAGE_DIR}/{folder}"
+    if root == "":
+        return f"{folder} in SGLang's cwd ($SGLANG_MOE_CONFIG_DIR is set but empty)"
+    installed = find_installed("sglang")
+    default = SGLANG_PACKAGE_DIR if installed is None else str(installed.config_root)
+    return f"$SGLANG_MOE_CONFIG_DIR/{folder}, default {default}/{folder}"

@@ -32,6 +32,13 @@ MIXTRAL_FP16 = MoEShape(8, 2, 14336, 4096, 4096, None, "float16")
         ("NVIDIA GH200 480GB", "NVIDIA_GH200_480GB", "NVIDIA_GH200_480GB"),
         # Already-normalised input passes through unchanged.
         ("NVIDIA_H200", "NVIDIA_H200", "NVIDIA_H200"),
+        # vLLM folds each run of whitespace and "/" into one "_"; SGLang each space.
+        (
+            "AMD Instinct MI300X / MI325X",
+            "AMD_Instinct_MI300X_MI325X",
+            "AMD_Instinct_MI300X_/_MI325X",
+        ),
+        ("NVIDIA  H100", "NVIDIA_H100", "NVIDIA__H100"),
     ],
 )
 def test_device_names(torch_name, vllm, sglang):
@@ -84,12 +91,32 @@ def test_sglang_down_twin_and_folder():
     assert sglang_config_folder("3.4.0") == "configs/triton_3_4_0/"
 
 
-def test_sglang_dir_hint_follows_the_environment(monkeypatch):
+def test_sglang_dir_hint_follows_the_environment(monkeypatch, tmp_path):
+    from moetune.engines import installed
+
     monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    monkeypatch.setattr(installed, "find_installed", lambda engine: None)
+    # Not installed: the current release's folder (0.5.11 on)
     assert filenames.sglang_config_dir_hint("3.6.0") == (
         "$SGLANG_MOE_CONFIG_DIR/configs/triton_3_6_0/, "
-        "default sglang/srt/layers/moe/fused_moe_triton/configs/triton_3_6_0/"
+        "default sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_6_0/"
     )
+    # Installed: the folder that release reads, the one `check` and `--install` use
+    old = installed.InstalledEngine(
+        "sglang",
+        "0.5.10",
+        tmp_path,
+        None,
+        tmp_path / "fused_moe_triton" / "configs",
+        None,
+        "0.5.10",
+    )
+    monkeypatch.setattr(installed, "find_installed", lambda engine: old)
+    assert filenames.sglang_config_dir_hint("3.6.0").endswith(
+        f", default {tmp_path}/fused_moe_triton/configs/triton_3_6_0/"
+    )
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", "")
+    assert "set but empty" in filenames.sglang_config_dir_hint("3.6.0")
     monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", "/opt/moe")
     assert filenames.sglang_config_dir_hint("3.6.0") == (
         "/opt/moe/configs/triton_3_6_0/ ($SGLANG_MOE_CONFIG_DIR)"
