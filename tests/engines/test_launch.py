@@ -4,6 +4,7 @@ The released engines' own kernels are tested in tests/engines_real (``make test-
 here stand-in sources and stand-in installs check the rules without them.
 """
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -257,6 +258,7 @@ def stand_in_vllm(site: Path, kernel_text: str) -> None:
 def test_tune_plan_names_the_installed_engines_kernel(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     stand_in_vllm(tmp_path, STAND_IN_KERNEL)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)  # find_spec reads it first
     result = CliRunner().invoke(
         cli,
         ["tune", "--model", "Qwen/Qwen3-30B-A3B", "--tp", "1", "--engine", "vllm",
