@@ -424,6 +424,8 @@ def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, 
 def _print_summary(summary, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
+    from moetune.tune.runner import kernel_description
+
     table = Table(title=f"{summary.plan.problem.key()} on {summary.plan.request.device_name}")
     table.add_column("M", justify="right")
     table.add_column("config (BLOCK M/N/K, GROUP, warps, stages)")
@@ -447,6 +449,9 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
         )
         table.add_row(*cells)
     console.print(table)
+    console.print(
+        f"Kernel: {kernel_description(summary.plan.problem)}", markup=False, soft_wrap=True
+    )
     console.print(_headline(summary), markup=False, soft_wrap=True)
     for baseline in summary.baselines:
         console.print(f"  {baseline.label}: {baseline.source}", markup=False, soft_wrap=True)
