@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from moetune.errors import MoetuneError
 
 # The six keys of a tuned entry, in the engines' order.
 CONFIG_KEYS = (
@@ -91,23 +88,11 @@ def package_dir(name: str) -> Path | None:
 
 
 def load_table(path: Path) -> dict[int, dict[str, Any]]:
-    """A tuned file as {batch size: entry}; vLLM's ``triton_version`` key is skipped."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise MoetuneError(f"{path}: cannot read a tuned config ({exc})") from None
-    if not isinstance(data, dict):
-        raise MoetuneError(f"{path}: expected a JSON object keyed by batch size")
-    table = {}
-    for key, value in data.items():
-        if key == "triton_version":
-            continue
-        if not str(key).isdigit() or not isinstance(value, dict):
-            raise MoetuneError(f"{path}: entry {key!r} is not a batch size with a config")
-        table[int(key)] = value
-    if not table:
-        raise MoetuneError(f"{path}: no batch-size entries")
-    return table
+    """A tuned file as {batch size: entry}, checked (`moetune.engines.tables.read_table`);
+    vLLM's ``triton_version`` key is skipped."""
+    from moetune.engines.tables import read_table
+
+    return read_table(path)
 
 
 def nearest_row(table: dict[int, Any], batch_size: int) -> Any:

@@ -15,15 +15,16 @@ they are written, and written atomically.
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
+from moetune.engines.tables import (
+    DOWN_SUFFIX,
+    TunedConfigError,
+    check_table,
+    definition_for,
+    parse_json,
+)
 from moetune.errors import TuneError
 from moetune.extract.filenames import (
     sglang_config_filename,
@@ -145,12 +146,6 @@ def write_engine_files(
     return written
 
 
-@cache
-def _schema() -> dict[str, Any]:
-    source = resources.files("moetune") / "data" / "schemas" / "tuned_config.schema.json"
-    return json.loads(source.read_text())
-
-
 def validate_tuned_config(
     path_or_payload: str | Path | dict[str, Any],
     engine: str,
@@ -160,48 +155,27 @@ def validate_tuned_config(
 ) -> None:
     """Check a tuned-config file (a path) or its content against the engine's schema.
 
-    `down` selects SGLang's down-GEMM table schema; None: from the file name (``_down.json``).
+    `down` selects SGLang's down-GEMM table schema as moetune writes it (``USE_TMA``
+    on every entry); None: from the file name (``_down.json``).
 
     Raises `TuneError` naming the file and the offending key, e.g.
-    ``E=8,...json: key "64": 'num_stages' is a required property``.
+    ``E=8,...json: batch size 64: config: 'num_stages' is a required property``.
     """
     if engine not in ENGINES:
         raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
-    if down is None:
-        label_name = name or ("" if isinstance(path_or_payload, dict) else str(path_or_payload))
-        down = label_name.endswith("_down.json")
-    if down and not reads_down_file(engine):
-        raise TuneError(f"{engine} reads no separate down-GEMM table")
     if isinstance(path_or_payload, dict):
         payload, label = path_or_payload, name or "tuned config"
     else:
-        path = Path(path_or_payload)
-        label = name or str(path)
+        label = name or str(path_or_payload)
         try:
-            payload = json.loads(path.read_text())
+            payload = parse_json(Path(path_or_payload).read_bytes(), label)
         except OSError as exc:
-            raise TuneError(f"cannot read {label}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise TuneError(f"{label} is not valid JSON: {exc}") from None
-    if isinstance(payload, dict):
-        if engine == "sglang" and "triton_version" in payload:
-            raise TuneError(
-                f'{label} is not a valid sglang tuned config: key "triton_version" is not allowed '
-                "(SGLang reads every key as a batch size; its triton_X_Y_Z folder carries the version)"
-            )
-        if not [key for key in payload if key != "triton_version"]:
-            raise TuneError(
-                f"{label} is not a valid {engine} tuned config: it holds no batch sizes"
-            )
-    schema = _schema()
-    definition = f"{engine}_down" if down else engine
-    validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"})
-    error = best_match(validator.iter_errors(payload))
-    if error is None:
-        return
-    where = ".".join(
-        f'"{part}"' if isinstance(part, str) else str(part) for part in error.absolute_path
-    )
-    location = f"key {where}: " if where else ""
-    what = f"{engine} down-GEMM" if down else engine
-    raise TuneError(f"{label} is not a valid {what} tuned config: {location}{error.message}")
+            raise TuneError(f"{label}: cannot read a tuned config: {exc.strerror or exc}") from None
+        except TunedConfigError as exc:
+            raise TuneError(str(exc)) from None
+    if down is None:
+        down = label.endswith(DOWN_SUFFIX)
+    try:
+        check_table(payload, definition_for(payload, engine, down=down, writing=True), label)
+    except TunedConfigError as exc:
+        raise TuneError(str(exc)) from None
