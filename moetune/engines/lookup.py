@@ -50,6 +50,8 @@ class Lookup:
     `searched` lists the exact paths the engine tries, in its order; `found` is the
     first that exists (None: the engine uses `fallback`). `triton_folder` is the
     ``triton_X_Y_Z`` folder SGLang actually picked (None for vLLM or on a miss).
+    `invalid` says why the found file is no table the engine reads (None: it is,
+    or it was not checked).
     """
 
     engine: str
@@ -59,10 +61,16 @@ class Lookup:
     fallback: str
     triton_folder: str | None = None
     notes: tuple[str, ...] = field(default=())
+    invalid: str | None = None
 
     @property
     def present(self) -> bool:
         return self.found is not None
+
+    @property
+    def usable(self) -> bool:
+        """Found, and not found invalid."""
+        return self.present and self.invalid is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +81,7 @@ class Lookup:
             "triton_folder": self.triton_folder,
             "fallback": self.fallback,
             "notes": list(self.notes),
+            "invalid": self.invalid,
         }
 
 
