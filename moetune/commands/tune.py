@@ -29,7 +29,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     "--save-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where the config files and the resumable results store go. "
+    help="Where the config files and the resumable results store go (a different file "
+    "already there is kept as <file>.bak-<UTC time>). "
     f"Default: ./{RESULTS_ROOT}/<model-slug>/ (a Hub id org/name becomes org__name).",
 )
 @click.option(

@@ -10,14 +10,17 @@
 Batch-size keys are decimal strings in numeric order; each entry holds the six
 kernel keys. Both engines pick the entry whose key is nearest to the live batch
 size. Files are validated against ``schemas/tuned_config.schema.json`` before
-they are written, and written atomically.
+they are written, and written atomically; a different file already in their
+place is kept beside it as ``<file>.bak-<UTC time>`` (`moetune.engines.install`).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from moetune.engines.install import backup_stamp, write_keeping_backup
 from moetune.engines.tables import (
     DOWN_SUFFIX,
     TunedConfigError,
@@ -32,7 +35,6 @@ from moetune.extract.filenames import (
     sglang_down_config_filename,
     vllm_config_filename,
 )
-from moetune.fileio import atomic_write_json
 from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate
 from moetune.tune.split import SplitResult, reads_down_file, single_entries, split_entries
@@ -125,14 +127,19 @@ def write_engine_files(
     save_dir: str | Path,
     engines: tuple[str, ...] | list[str] = ENGINES,
     split: list[SplitResult] | None = None,
+    notes: list[str] | None = None,
 ) -> list[Path]:
     """Write each engine's file(s) (validated, atomically); return the paths in `engines` order.
 
     An engine that reads a down-GEMM table (SGLang) gets two files: from `split`
     (one `SplitResult` per batch size) when given, else the single config in both
     with ``"USE_TMA": false`` in the down table (see `moetune.tune.split`).
+
+    A different file already at a path is kept beside it as ``<file>.bak-<UTC time>``
+    (as ``tune --install`` does) and a line saying so goes to `notes`; an identical one
+    is left as it is. Every payload is checked before anything is written.
     """
-    written = []
+    planned = []
     for engine in engines:
         paths = engine_file_paths(engine, problem, device_name, triton_version, save_dir)
         if engine == "vllm":
@@ -142,7 +149,23 @@ def write_engine_files(
             payloads = [(_table(up), False), (_table(down), True)]
         for path, (payload, down_table) in zip(paths, payloads, strict=True):
             validate_tuned_config(payload, engine, name=str(path), down=down_table)
-            written.append(atomic_write_json(path, payload, indent=4))
+            planned.append((path, payload))
+    stamp = backup_stamp()
+    written = []
+    for path, payload in planned:
+        try:
+            backup = write_keeping_backup(path, json.dumps(payload, indent=4) + "\n", stamp)
+        except OSError as exc:
+            raise TuneError(
+                f"cannot write {path}: {exc.strerror or exc}; the measurements are in the "
+                "results store: fix this and rerun the same command to write the files"
+            ) from None
+        if backup is not None and notes is not None:
+            notes.append(
+                f"{path.name} in {path.parent} differed from the new file: "
+                f"the old one is kept as {backup.name}"
+            )
+        written.append(path)
     return written
 
 
