@@ -1,4 +1,4 @@
-"""`moetune tune --save-dir DIR` never loses a file already in DIR (CPU, interpreter).
+"""`moetune tune` loses neither a file already in --save-dir nor the tuning work (CPU, interpreter).
 
 The tiny bundled model and its 3-candidate space, as in test_cli_tune.py; one batch size.
 """
@@ -22,9 +22,9 @@ ROW = {
 }
 
 
-def tune(save_dir, env, cwd):
+def tune(save_dir, env, cwd, space=DATA / "tiny-space.json", *extra):
     args = [
-        *("tune", "--model", str(DATA / "tiny-moe"), "--space", str(DATA / "tiny-space.json")),
+        *("tune", "--model", str(DATA / "tiny-moe"), "--space", str(space), *extra),
         *("--batch-size", "2", "--engine", "vllm", "--save-dir", str(save_dir)),
         *("--device-name", "NVIDIA H200", "--json"),
     ]
@@ -66,3 +66,16 @@ def test_a_different_file_the_engine_loads_from_save_dir_is_kept_as_a_backup(tmp
     assert list(folder.glob(f"{VLLM_NAME}.bak-*")) == [backup]
     assert theirs.read_text() == written
     assert not [n for n in json.loads(again.stdout)["notes"] if "differed" in n]
+
+
+def test_a_space_the_files_cannot_hold_is_refused_before_tuning(tmp_path):
+    # num_stages 20 is a valid Candidate but no valid tuned file: the write would fail
+    # after the whole tune.
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps([{**ROW, "num_stages": 20}]))
+    result = tune(tmp_path / "out", {}, tmp_path, space, "--dry-run")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f'Error: search space {space}: M16 N64 K64 G1 w8 s20: "num_stages": 20 is greater '
+        "than the maximum of 16; the engines' tuned files hold no such config\n"
+    )

@@ -155,6 +155,7 @@ def tune(
 
     from moetune.commands.options import layouts_from_options, machine_from_options
     from moetune.extract.layouts import resolve_layouts
+    from moetune.tune.output import check_space
     from moetune.tune.results_dir import default_save_dir
     from moetune.tune.space import DEFAULT_BATCH_SIZES, default_space, load_space
     from moetune.tune.sweep import (
@@ -191,7 +192,9 @@ def tune(
         quant_options=model,
         batch_sizes=tuple(sorted({m for ms in batch_sizes for m in ms}))
         or tuple(DEFAULT_BATCH_SIZES),
-        space=tuple(load_space(space_file) if space_file else default_space()),
+        space=tuple(
+            check_space(load_space(space_file), space_file) if space_file else default_space()
+        ),
         save_dir=(save_dir or default_save_dir(str(model["model"]))).absolute(),
         engines=engines,
         search=search,

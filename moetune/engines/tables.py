@@ -153,6 +153,16 @@ def check_table(payload: Any, definition: str, label: str) -> dict[int, dict[str
     return {int(key): payload[key] for key in batch_keys}
 
 
+def check_entry(entry: dict[str, Any], label: str) -> None:
+    """One entry checked by the schema's ``config`` rules; `TunedConfigError` naming `label`."""
+    error = best_match(_validator("config").iter_errors(entry))
+    if error is not None:
+        fields = ".".join(_shown(str(part)) for part in error.absolute_path)
+        raise TunedConfigError(
+            f"{label}: {fields + ': ' if fields else ''}{_one_line(error.message)}"
+        )
+
+
 def _where(path: Any) -> str:
     """``batch size 64: config "num_stages": `` for an error at ``["64", "num_stages"]``."""
     parts = list(path)

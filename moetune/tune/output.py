@@ -24,6 +24,7 @@ from moetune.engines.install import backup_stamp, write_keeping_backup
 from moetune.engines.tables import (
     DOWN_SUFFIX,
     TunedConfigError,
+    check_entry,
     check_table,
     definition_for,
     parse_json,
@@ -167,6 +168,17 @@ def write_engine_files(
             )
         written.append(path)
     return written
+
+
+def check_space(space: list[Candidate], source: str) -> list[Candidate]:
+    """`space` unchanged when every candidate is one the tuned files may hold, else
+    `TuneError` before any tuning (rather than a refused write after it)."""
+    for candidate in space:
+        try:
+            check_entry(candidate.as_config(), f"search space {source}: {candidate.short()}")
+        except TunedConfigError as exc:
+            raise TuneError(f"{exc}; the engines' tuned files hold no such config") from None
+    return space
 
 
 def validate_tuned_config(

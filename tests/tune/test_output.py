@@ -170,3 +170,12 @@ def test_vllms_published_h200_files_validate():
     )
     validate_tuned_config(path, "vllm")
     validate_tuned_config(path, "sglang")
+
+
+def test_check_space_takes_the_default_grid_and_refuses_what_no_file_holds():
+    from moetune.tune.output import check_space
+    from moetune.tune.space import default_space
+
+    assert check_space(default_space(), "default") == default_space()
+    with pytest.raises(TuneError, match=r'space.json: M16 N64 K128 G5000 w4 s3: "GROUP_SIZE_M"'):
+        check_space([SMALL, Candidate(16, 64, 128, 5000, 4, 3)], "space.json")
