@@ -8,7 +8,7 @@ group and owns the exit codes:
     1    a user or data problem (`MoetuneError`): one line, ``Error: ...``
     2    misuse of the command line (click's usage errors)
     3    an unexpected error: one line pointing at a log with the traceback
-    4    `moetune check`: an engine has no tuned file for the shape (0: all present)
+    4    `moetune check`: an engine's tuned file for the shape is missing or invalid
     130  interrupted by SIGINT (Ctrl-C); partial results are already on disk
     143  stopped by SIGTERM; likewise
 

@@ -110,3 +110,16 @@ def test_a_split_pair_runs_end_to_end_on_the_cpu(tmp_path):
     assert row[name]["config"]["num_stages"] == 2 and row[name]["down_config"]["num_stages"] == 3
     assert "down_config" not in row["vllm_fallback"]  # timed as the pair of itself
     assert row["vllm_fallback"]["status"] == "ok"
+
+
+def test_a_batch_size_key_in_unicode_digits_is_a_one_line_error(tmp_path):
+    # "²".isdigit() is True but int("²") fails: this crashed with exit 3.
+    row = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+    (tmp_path / "odd.json").write_text(json.dumps({"²": {**row, "num_warps": 4, "num_stages": 3}}))
+    args = ["benchmark", "-m", "Qwen/Qwen3-30B-A3B", "--config", "odd.json", "--dry-run"]
+    result = moetune(args, tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        'Error: odd.json: key "²" is not a batch size: expected a positive whole number '
+        'in ASCII digits, no leading zero, at most 9 digits (e.g. "64")\n'
+    )

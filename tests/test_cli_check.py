@@ -56,10 +56,22 @@ def run(capsys, *args):
     return exc.value.code, out.out, out.err
 
 
+ROW = {
+    "BLOCK_SIZE_M": 16,
+    "BLOCK_SIZE_N": 64,
+    "BLOCK_SIZE_K": 128,
+    "GROUP_SIZE_M": 1,
+    "num_warps": 4,
+    "num_stages": 3,
+}
+
+
 def put(folder, *names):
+    """A valid one-row table under each name (a _down table says USE_TMA)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
-        (folder / name).write_text('{"1": {}}')
+        row = {**ROW, "USE_TMA": False} if name.endswith("_down.json") else ROW
+        (folder / name).write_text(json.dumps({"1": row}))
     return folder
 
 
@@ -213,3 +225,50 @@ def test_gptq_checkpoint_names_the_default_kernel_and_the_triton_path(capsys):
     assert vllm_check["needs_file"] is True
     assert "does not read this file" in vllm_check["kernel_note"]
     assert "moe_wna16" in vllm_check["kernel_note"]
+
+
+def test_a_file_that_is_not_json_is_invalid_not_found(capsys, monkeypatch, tmp_path):
+    folder = tmp_path / "vllm-user"
+    folder.mkdir()
+    (folder / NAME).write_text("{not json")
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(folder))
+    code, out, _ = run(capsys, *ARGS, "--engine", "vllm")
+    assert code == 4
+    assert "FOUND" not in out
+    assert (
+        f"  INVALID: {folder / NAME}: cannot read a tuned config: not valid JSON "
+        "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))\n"
+    ) in out
+    assert (
+        "  to replace it: moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 "
+        "--device-name 'NVIDIA H200' --engine vllm --install vllm --overwrite-installed\n"
+    ) in out
+    assert out.endswith("Invalid file for vLLM (exit status 4).\n")
+
+    code, out, _ = run(capsys, *ARGS, "--engine", "vllm", "--json")
+    (engine,) = json.loads(out)["engines"]
+    assert code == 4 and engine["found"] == str(folder / NAME) and engine["present"] is False
+    assert engine["invalid"].startswith(f"{folder / NAME}: cannot read a tuned config")
+
+
+def test_a_table_the_engine_cannot_read_is_invalid_and_so_is_its_down_table(
+    capsys, monkeypatch, tmp_path
+):
+    root = tmp_path / "sglang-root"
+    folder = put(root / "configs" / "triton_3_6_0", NAME, DOWN)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
+    args = (*ARGS, "--engine", "sglang", "--triton-version", "3.6.0")
+    assert run(capsys, *args)[0] == 0
+
+    (folder / DOWN).write_text(json.dumps({"1": {**ROW, "num_stages": 0}}))
+    code, out, _ = run(capsys, *args)
+    assert code == 4
+    assert f"  FOUND: {folder / NAME} (folder triton_3_6_0)\n" in out
+    assert (
+        f"  _down file INVALID: {folder / DOWN}: batch size 1: config "
+        '"num_stages": 0 is less than the minimum of 1\n'
+    ) in out
+
+    (folder / NAME).write_text(json.dumps({"²": ROW}))
+    code, out, _ = run(capsys, *args)
+    assert code == 4 and f'  INVALID: {folder / NAME}: key "²" is not a batch size' in out

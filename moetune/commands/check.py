@@ -12,7 +12,8 @@ import click
 from moetune.commands.options import model_options
 
 ENGINE_CHOICES = ("vllm", "sglang", "both")
-# Exit status when a file is missing (0: every engine has its file). Listed in moetune/cli.py.
+# Exit status when an engine has no usable file, missing or invalid (0: every engine has
+# one). Listed in moetune/cli.py.
 EXIT_MISSING = 4
 
 
@@ -58,9 +59,14 @@ def check(
     engine's fallback config otherwise, and the `moetune tune` command that fills
     the gap. Needs no GPU and never imports torch, triton or the engines.
 
+    A file that is there but is no table the engine reads (not JSON, a key that
+    is not a batch size, a value out of range...) is shown as INVALID, with the
+    file, the key and what is wrong.
+
     \b
-    Exit status: 0 every engine has its file; 4 a file is missing (a missing
-    SGLang _down file alone does not count: SGLang reuses the up config).
+    Exit status: 0 every engine has a usable file; 4 an engine's file is
+    missing or INVALID (a missing SGLang _down file alone does not count:
+    SGLang reuses the up config; an invalid one does).
 
     \b
     Examples:
@@ -169,7 +175,9 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
             echo(f"  note: {item.kernel_note}")
         if not item.needs_file:
             continue
-        if lookup.present:
+        if lookup.invalid:
+            echo(f"  INVALID: {lookup.invalid}")
+        elif lookup.present:
             picked = f" (folder {lookup.triton_folder})" if lookup.triton_folder else ""
             echo(f"  FOUND: {lookup.found}{picked}")
         else:
@@ -178,17 +186,24 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
                 echo(f"    {line}")
         if item.down is not None:
             down = item.down
-            if down.present:
+            if down.invalid:
+                echo(f"  _down file INVALID: {down.invalid}")
+            elif down.present:
                 picked = f" (folder {down.triton_folder})" if down.triton_folder else ""
                 echo(f"  _down file FOUND: {down.found}{picked}")
             else:
                 echo(f"  _down file {down.file_name} missing: {down.fallback}")
-        if not lookup.present:
-            echo(f"  to fill the gap: {item.tune_command}")
+        if not item.present:
+            action = "to replace it" if item.invalid else "to fill the gap"
+            echo(f"  {action}: {item.tune_command}")
     echo("")
-    missing = [LABELS[item.engine] for item in checks if not item.present]
-    if missing:
-        echo(f"Missing for {', '.join(missing)} (exit status 4).")
+    gaps = [item for item in checks if not item.present]
+    missing = [LABELS[item.engine] for item in gaps if not item.invalid]
+    invalid = [LABELS[item.engine] for item in gaps if item.invalid]
+    if gaps:
+        parts = [f"Missing for {', '.join(missing)}"] if missing else []
+        parts += [f"{'i' if parts else 'I'}nvalid file for {', '.join(invalid)}"] if invalid else []
+        echo(f"{'; '.join(parts)} (exit status 4).")
     elif all(item.needs_file for item in checks):
         echo("Every engine has its file (exit status 0).")
     else:

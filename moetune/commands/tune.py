@@ -30,7 +30,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     "--save-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where the config files and the resumable results store go. "
+    help="Where the config files and the resumable results store go (a different file "
+    "already there is kept as <file>.bak-<UTC time>). "
     f"Default: ./{RESULTS_ROOT}/<model-slug>/ (a Hub id org/name becomes org__name).",
 )
 @click.option(
@@ -166,6 +167,7 @@ def tune(
     from moetune.commands.options import layouts_from_options, machine_from_options
     from moetune.engines.launch import resolve_kernels
     from moetune.extract.layouts import resolve_layouts
+    from moetune.tune.output import check_space
     from moetune.tune.results_dir import default_save_dir
     from moetune.tune.space import DEFAULT_BATCH_SIZES, default_space, load_space
     from moetune.tune.sweep import (
@@ -204,7 +206,9 @@ def tune(
         kernels=kernels,
         batch_sizes=tuple(sorted({m for ms in batch_sizes for m in ms}))
         or tuple(DEFAULT_BATCH_SIZES),
-        space=tuple(load_space(space_file) if space_file else default_space()),
+        space=tuple(
+            check_space(load_space(space_file), space_file) if space_file else default_space()
+        ),
         save_dir=(save_dir or default_save_dir(str(model["model"]))).absolute(),
         engines=engines,
         search=search,

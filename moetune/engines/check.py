@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from moetune.engines import sglang, vllm
 from moetune.engines.lookup import ENGINE_BATCH_SIZES, Lookup, summarize
+from moetune.engines.tables import TunedConfigError, read_table
 
 LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 
@@ -35,9 +36,21 @@ class EngineCheck:
 
     @property
     def present(self) -> bool:
-        # A missing _down file is reported but is not a gap: SGLang runs the down GEMM
-        # with the up config then. An engine whose kernel reads no file has no gap either.
-        return self.lookup.present or not self.needs_file
+        """The engine has a usable file (or reads none): nothing to tune or replace.
+
+        A missing _down file is reported but is not a gap: SGLang runs the down GEMM
+        with the up config then. An invalid file, the _down one included, is a gap.
+        """
+        if not self.needs_file:
+            return True
+        return self.lookup.usable and (self.down is None or self.down.invalid is None)
+
+    @property
+    def invalid(self) -> bool:
+        """A file the engine would load is no table it reads (the _down one included)."""
+        return self.lookup.invalid is not None or (
+            self.down is not None and self.down.invalid is not None
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,8 +64,9 @@ class EngineCheck:
         }
 
 
-def tune_command(options: Mapping[str, Any], engine: str) -> str:
-    """The `moetune tune` line that writes and installs this engine's missing file."""
+def tune_command(options: Mapping[str, Any], engine: str, *, overwrite: bool = False) -> str:
+    """The `moetune tune` line that writes and installs this engine's missing file
+    (`overwrite`: replacing an invalid one, kept as a backup)."""
     words = ["moetune", "tune", "--model", options["model"], "--tp", str(options["tp"])]
     if options.get("ep"):
         words.append("--ep")
@@ -67,6 +81,8 @@ def tune_command(options: Mapping[str, Any], engine: str) -> str:
     if options.get("mappings"):
         words += ["--mappings", str(options["mappings"])]
     words += ["--engine", engine, "--install", engine]
+    if overwrite:
+        words.append("--overwrite-installed")
     return " ".join(shlex.quote(word) for word in words)
 
 
@@ -113,11 +129,28 @@ def check_engines(
                 extra_dirs=extra,
             )
             table = sglang.fallback_table(ENGINE_BATCH_SIZES, *dims)
+        found = checked(found, engine)
+        if down is not None:
+            down = checked(down, engine, down=True)
         note, needs_file = _serving_kernel(report, engine, options)
-        checks.append(
-            EngineCheck(engine, found, down, table, tune_command(options, engine), note, needs_file)
+        item = EngineCheck(
+            engine, found, down, table, tune_command(options, engine), note, needs_file
         )
+        if item.invalid:  # `tune --install` replaces it only when told to
+            item = replace(item, tune_command=tune_command(options, engine, overwrite=True))
+        checks.append(item)
     return checks
+
+
+def checked(lookup: Lookup, engine: str, *, down: bool = False) -> Lookup:
+    """`lookup` with `invalid` set when the file it found is no table `engine` reads."""
+    if lookup.found is None:
+        return lookup
+    try:
+        read_table(lookup.found, engine, down=down)
+    except TunedConfigError as exc:
+        return replace(lookup, invalid=str(exc))
+    return lookup
 
 
 def _serving_kernel(

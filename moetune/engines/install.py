@@ -21,6 +21,7 @@ beside it; an identical one is left alone ("already installed").
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -131,27 +132,81 @@ def install_files(
     plan = []
     for source in files:
         dest = target.folder / Path(source).name
-        new = Path(source).read_text()
-        old = dest.read_text() if dest.is_file() else None
-        if old is not None and old != new and not overwrite:
+        try:
+            new = Path(source).read_text()
+            old = existing_bytes(dest)
+        except OSError as exc:
+            raise InstallError(f"cannot install {dest}: {exc.strerror or exc}") from None
+        if old is not None and old != new.encode() and not overwrite:
             raise InstallError(
                 f"{dest} exists and differs from the tuned {Path(source).name}; "
                 "rerun with --overwrite-installed to replace it (a backup is kept beside it)"
             )
         plan.append((Path(source), dest, new, old))
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    stamp = backup_stamp(now)
     done = []
     for source, dest, new, old in plan:
-        if old == new:
+        if old == new.encode():
             done.append(Installed(source, dest, "already installed"))
             continue
-        backup = None
-        if old is not None:
-            backup = dest.with_name(f"{dest.name}.bak-{stamp}")
-            atomic_write_text(backup, old)
-        atomic_write_text(dest, new)
+        try:
+            backup = write_keeping_backup(dest, new, stamp)
+        except OSError as exc:
+            raise InstallError(f"cannot install {dest}: {exc.strerror or exc}") from None
         done.append(Installed(source, dest, "replaced" if old is not None else "installed", backup))
     return done
+
+
+def backup_stamp(now: float | None = None) -> str:
+    """The UTC time in a backup's name: ``20260102-030405``."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+
+
+def existing_bytes(path: Path) -> bytes | None:
+    """The bytes of the file at `path`; None when nothing is there (OSError when a folder is)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def keep_backup(path: Path, stamp: str) -> Path:
+    """Keep the file at `path`, byte for byte, as ``<file>.bak-<stamp>`` beside it.
+
+    A name already taken gets ``-2``, ``-3``...; an existing backup is never replaced.
+    """
+    base = path.with_name(f"{path.name}.bak-{stamp}")
+    backup, number = base, 1
+    while True:
+        try:
+            os.link(path, backup)  # atomic, and the old bytes stay as they were
+            return backup
+        except FileExistsError:
+            number += 1
+            backup = base.with_name(f"{base.name}-{number}")
+        except OSError:  # a filesystem without hard links: copy, then rename into place
+            if backup.exists():
+                number += 1
+                backup = base.with_name(f"{base.name}-{number}")
+                continue
+            partial = backup.with_name(f".{backup.name}.tmp")
+            shutil.copy2(path, partial)
+            os.replace(partial, backup)
+            return backup
+
+
+def write_keeping_backup(path: Path, text: str, stamp: str) -> Path | None:
+    """Write `text` to `path` atomically; return the backup kept of a different old file.
+
+    A different file already at `path` is first kept as its ``.bak-<stamp>``
+    (`keep_backup`); an identical one is left untouched and nothing is written.
+    """
+    old = existing_bytes(path)
+    if old == text.encode():
+        return None
+    backup = keep_backup(path, stamp) if old is not None else None
+    atomic_write_text(path, text)
+    return backup
 
 
 def engine_files(engine: str, main: Path) -> list[Path]:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from moetune.errors import MoetuneError
 
 # The six keys of a tuned entry, in the engines' order.
 CONFIG_KEYS = (
@@ -52,6 +49,8 @@ class Lookup:
     `searched` lists the exact paths the engine tries, in its order; `found` is the
     first that exists (None: the engine uses `fallback`). `triton_folder` is the
     ``triton_X_Y_Z`` folder SGLang actually picked (None for vLLM or on a miss).
+    `invalid` says why the found file is no table the engine reads (None: it is,
+    or it was not checked).
     """
 
     engine: str
@@ -61,10 +60,16 @@ class Lookup:
     fallback: str
     triton_folder: str | None = None
     notes: tuple[str, ...] = field(default=())
+    invalid: str | None = None
 
     @property
     def present(self) -> bool:
         return self.found is not None
+
+    @property
+    def usable(self) -> bool:
+        """Found, and not found invalid."""
+        return self.present and self.invalid is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,27 +80,16 @@ class Lookup:
             "triton_folder": self.triton_folder,
             "fallback": self.fallback,
             "notes": list(self.notes),
+            "invalid": self.invalid,
         }
 
 
 def load_table(path: Path) -> dict[int, dict[str, Any]]:
-    """A tuned file as {batch size: entry}; vLLM's ``triton_version`` key is skipped."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise MoetuneError(f"{path}: cannot read a tuned config ({exc})") from None
-    if not isinstance(data, dict):
-        raise MoetuneError(f"{path}: expected a JSON object keyed by batch size")
-    table = {}
-    for key, value in data.items():
-        if key == "triton_version":
-            continue
-        if not str(key).isdigit() or not isinstance(value, dict):
-            raise MoetuneError(f"{path}: entry {key!r} is not a batch size with a config")
-        table[int(key)] = value
-    if not table:
-        raise MoetuneError(f"{path}: no batch-size entries")
-    return table
+    """A tuned file as {batch size: entry}, checked (`moetune.engines.tables.read_table`);
+    vLLM's ``triton_version`` key is skipped."""
+    from moetune.engines.tables import read_table
+
+    return read_table(path)
 
 
 def nearest_row(table: dict[int, Any], batch_size: int) -> Any:

@@ -10,20 +10,25 @@
 Batch-size keys are decimal strings in numeric order; each entry holds the six
 kernel keys. Both engines pick the entry whose key is nearest to the live batch
 size. Files are validated against ``schemas/tuned_config.schema.json`` before
-they are written, and written atomically.
+they are written, and written atomically; a different file already in their
+place is kept beside it as ``<file>.bak-<UTC time>`` (`moetune.engines.install`).
 """
 
 from __future__ import annotations
 
 import json
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
+from moetune.engines.install import backup_stamp, write_keeping_backup
+from moetune.engines.tables import (
+    DOWN_SUFFIX,
+    TunedConfigError,
+    check_entry,
+    check_table,
+    definition_for,
+    parse_json,
+)
 from moetune.errors import TuneError
 from moetune.extract.filenames import (
     sglang_config_filename,
@@ -31,7 +36,6 @@ from moetune.extract.filenames import (
     sglang_down_config_filename,
     vllm_config_filename,
 )
-from moetune.fileio import atomic_write_json
 from moetune.tune.problem import TuneProblem
 from moetune.tune.space import Candidate
 from moetune.tune.split import SplitResult, reads_down_file, single_entries, split_entries
@@ -124,14 +128,19 @@ def write_engine_files(
     save_dir: str | Path,
     engines: tuple[str, ...] | list[str] = ENGINES,
     split: list[SplitResult] | None = None,
+    notes: list[str] | None = None,
 ) -> list[Path]:
     """Write each engine's file(s) (validated, atomically); return the paths in `engines` order.
 
     An engine that reads a down-GEMM table (SGLang) gets two files: from `split`
     (one `SplitResult` per batch size) when given, else the single config in both
     with ``"USE_TMA": false`` in the down table (see `moetune.tune.split`).
+
+    A different file already at a path is kept beside it as ``<file>.bak-<UTC time>``
+    (as ``tune --install`` does) and a line saying so goes to `notes`; an identical one
+    is left as it is. Every payload is checked before anything is written.
     """
-    written = []
+    planned = []
     for engine in engines:
         paths = engine_file_paths(engine, problem, device_name, triton_version, save_dir)
         if engine == "vllm":
@@ -141,14 +150,35 @@ def write_engine_files(
             payloads = [(_table(up), False), (_table(down), True)]
         for path, (payload, down_table) in zip(paths, payloads, strict=True):
             validate_tuned_config(payload, engine, name=str(path), down=down_table)
-            written.append(atomic_write_json(path, payload, indent=4))
+            planned.append((path, payload))
+    stamp = backup_stamp()
+    written = []
+    for path, payload in planned:
+        try:
+            backup = write_keeping_backup(path, json.dumps(payload, indent=4) + "\n", stamp)
+        except OSError as exc:
+            raise TuneError(
+                f"cannot write {path}: {exc.strerror or exc}; the measurements are in the "
+                "results store: fix this and rerun the same command to write the files"
+            ) from None
+        if backup is not None and notes is not None:
+            notes.append(
+                f"{path.name} in {path.parent} differed from the new file: "
+                f"the old one is kept as {backup.name}"
+            )
+        written.append(path)
     return written
 
 
-@cache
-def _schema() -> dict[str, Any]:
-    source = resources.files("moetune") / "data" / "schemas" / "tuned_config.schema.json"
-    return json.loads(source.read_text())
+def check_space(space: list[Candidate], source: str) -> list[Candidate]:
+    """`space` unchanged when every candidate is one the tuned files may hold, else
+    `TuneError` before any tuning (rather than a refused write after it)."""
+    for candidate in space:
+        try:
+            check_entry(candidate.as_config(), f"search space {source}: {candidate.short()}")
+        except TunedConfigError as exc:
+            raise TuneError(f"{exc}; the engines' tuned files hold no such config") from None
+    return space
 
 
 def validate_tuned_config(
@@ -160,48 +190,27 @@ def validate_tuned_config(
 ) -> None:
     """Check a tuned-config file (a path) or its content against the engine's schema.
 
-    `down` selects SGLang's down-GEMM table schema; None: from the file name (``_down.json``).
+    `down` selects SGLang's down-GEMM table schema as moetune writes it (``USE_TMA``
+    on every entry); None: from the file name (``_down.json``).
 
     Raises `TuneError` naming the file and the offending key, e.g.
-    ``E=8,...json: key "64": 'num_stages' is a required property``.
+    ``E=8,...json: batch size 64: config: 'num_stages' is a required property``.
     """
     if engine not in ENGINES:
         raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
-    if down is None:
-        label_name = name or ("" if isinstance(path_or_payload, dict) else str(path_or_payload))
-        down = label_name.endswith("_down.json")
-    if down and not reads_down_file(engine):
-        raise TuneError(f"{engine} reads no separate down-GEMM table")
     if isinstance(path_or_payload, dict):
         payload, label = path_or_payload, name or "tuned config"
     else:
-        path = Path(path_or_payload)
-        label = name or str(path)
+        label = name or str(path_or_payload)
         try:
-            payload = json.loads(path.read_text())
+            payload = parse_json(Path(path_or_payload).read_bytes(), label)
         except OSError as exc:
-            raise TuneError(f"cannot read {label}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise TuneError(f"{label} is not valid JSON: {exc}") from None
-    if isinstance(payload, dict):
-        if engine == "sglang" and "triton_version" in payload:
-            raise TuneError(
-                f'{label} is not a valid sglang tuned config: key "triton_version" is not allowed '
-                "(SGLang reads every key as a batch size; its triton_X_Y_Z folder carries the version)"
-            )
-        if not [key for key in payload if key != "triton_version"]:
-            raise TuneError(
-                f"{label} is not a valid {engine} tuned config: it holds no batch sizes"
-            )
-    schema = _schema()
-    definition = f"{engine}_down" if down else engine
-    validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"})
-    error = best_match(validator.iter_errors(payload))
-    if error is None:
-        return
-    where = ".".join(
-        f'"{part}"' if isinstance(part, str) else str(part) for part in error.absolute_path
-    )
-    location = f"key {where}: " if where else ""
-    what = f"{engine} down-GEMM" if down else engine
-    raise TuneError(f"{label} is not a valid {what} tuned config: {location}{error.message}")
+            raise TuneError(f"{label}: cannot read a tuned config: {exc.strerror or exc}") from None
+        except TunedConfigError as exc:
+            raise TuneError(str(exc)) from None
+    if down is None:
+        down = label.endswith(DOWN_SUFFIX)
+    try:
+        check_table(payload, definition_for(payload, engine, down=down, writing=True), label)
+    except TunedConfigError as exc:
+        raise TuneError(str(exc)) from None

@@ -432,6 +432,7 @@ def run_tune(
             request.save_dir,
             request.engines,
             split=summary.split or None,
+            notes=summary.notes,
         )
     )
     summary.measured = measurer.timed

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from moetune.engines.lookup import load_table, nearest_row
+from moetune.engines.lookup import nearest_row
 from moetune.engines.sglang import down_name
+from moetune.engines.tables import read_table
 from moetune.errors import MoetuneError
 from moetune.tune.probe import Probe
 from moetune.tune.space import Candidate
@@ -39,10 +40,9 @@ def down_table_path(path: Path) -> Path:
 
 
 def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
-    """One row: the six kernel keys (exactly) and an optional boolean ``USE_TMA``."""
-    tma = value.get("USE_TMA", False)
-    if not isinstance(tma, bool):
-        raise MoetuneError(f"{path}: batch size {key}: USE_TMA must be true or false, got {tma!r}")
+    """One checked row (`read_table`): the six kernel keys (exactly; ROCm's extra keys are
+    refused) and ``USE_TMA``, false when absent."""
+    tma = bool(value.get("USE_TMA", False))
     rest = {k: v for k, v in value.items() if k != "USE_TMA"}
     try:
         return Candidate.from_config(rest), tma
@@ -50,8 +50,10 @@ def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
         raise MoetuneError(f"{path}: batch size {key}: {exc}") from None
 
 
-def _table(path: Path) -> dict[int, Entry]:
-    return {key: parse_entry(path, key, value) for key, value in load_table(path).items()}
+def _table(path: Path, *, down: bool) -> dict[int, Entry]:
+    """The file at `path`, checked (`moetune.engines.tables`), as rows moetune can time."""
+    table = read_table(path, down=down)
+    return {key: parse_entry(path, key, value) for key, value in table.items()}
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,9 @@ def load_tuned_file(path: Path, down_path: Path | None = None) -> TunedFile:
         )
     if down_path is None and down_table_path(path).exists():
         down_path = down_table_path(path)
-    down = _table(down_path) if down_path is not None else None
-    return TunedFile(path, _table(path), down, down_path)
+    up = _table(path, down=False)
+    down = _table(down_path, down=True) if down_path is not None else None
+    return TunedFile(path, up, down, down_path)
 
 
 def same_harness(picks: Iterable[Candidate | Probe]) -> bool:

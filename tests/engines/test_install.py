@@ -127,3 +127,38 @@ def test_the_installed_release_gives_the_folder(tmp_path, monkeypatch):
     target = install_target("sglang", "3.6.0", env={})
     assert target.folder == root / "configs" / "triton_3_6_0"
     assert target.source == "the installed sglang 0.5.23 package"
+
+
+def test_a_second_backup_in_the_same_second_keeps_the_first(tmp_path):
+    target = install_target("vllm", "3.6.0", tmp_path / "engine", env={})
+    target.folder.mkdir(parents=True)
+    installed = target.folder / NAME
+    backups = []
+    for old in ('{"1": {"first": 1}}\n', '{"1": {"second": 1}}\n'):
+        installed.write_text(old)
+        (done,) = install_files(target, [tuned(tmp_path)], overwrite=True, now=0)
+        backups.append(done.backup)
+    assert [b.name for b in backups] == [
+        f"{NAME}.bak-19700101-000000",
+        f"{NAME}.bak-19700101-000000-2",
+    ]
+    assert [b.read_text() for b in backups] == ['{"1": {"first": 1}}\n', '{"1": {"second": 1}}\n']
+
+
+def test_a_file_that_is_not_utf8_is_kept_byte_for_byte(tmp_path):
+    target = install_target("vllm", "3.6.0", tmp_path / "engine", env={})
+    target.folder.mkdir(parents=True)
+    (target.folder / NAME).write_bytes(b"\xff\xfe not text")
+    with pytest.raises(InstallError, match="exists and differs"):
+        install_files(target, [tuned(tmp_path)])
+    (done,) = install_files(target, [tuned(tmp_path)], overwrite=True)
+    assert done.status == "replaced" and done.backup.read_bytes() == b"\xff\xfe not text"
+
+
+def test_a_folder_in_the_way_is_a_one_line_error(tmp_path):
+    target = install_target("vllm", "3.6.0", tmp_path / "engine", env={})
+    (target.folder / NAME).mkdir(parents=True)
+    with pytest.raises(
+        InstallError, match=f"cannot install {target.folder / NAME}: Is a directory"
+    ):
+        install_files(target, [tuned(tmp_path)], overwrite=True)

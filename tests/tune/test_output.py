@@ -115,27 +115,27 @@ def test_an_invalid_payload_is_never_written(tmp_path):
         (
             {"1": {**SMALL.as_config(), "num_stages": "3"}},
             "vllm",
-            "key \"1\".\"num_stages\": '3' is not of type 'integer'",
+            "batch size 1: config \"num_stages\": '3' is not of type 'integer'",
         ),
         (
             {"1": {k: v for k, v in SMALL.as_config().items() if k != "num_warps"}},
             "vllm",
-            "key \"1\": 'num_warps' is a required property",
+            "batch size 1: config: 'num_warps' is a required property",
         ),
         (
             {"1": {**SMALL.as_config(), "BLOCK_SIZE_M": 48}},
             "sglang",
-            'key "1"."BLOCK_SIZE_M": 48 is not one of',
+            'batch size 1: config "BLOCK_SIZE_M": 48 is not one of',
         ),
         (
             {"triton_version": "3.6.0", "1": SMALL.as_config()},
             "sglang",
             'key "triton_version" is not allowed',
         ),
-        ({"one": SMALL.as_config()}, "vllm", "'one'"),
+        ({"one": SMALL.as_config()}, "vllm", 'key "one" is not a batch size'),
         ({"triton_version": "3.6.0"}, "vllm", "it holds no batch sizes"),
         ({}, "sglang", "it holds no batch sizes"),
-        ([1, 2], "vllm", "is not of type 'object'"),
+        ([1, 2], "vllm", "expected a JSON object keyed by batch size, got an array"),
     ],
 )
 def test_schema_rejects_malformed_files(tmp_path, payload, engine, message):
@@ -144,7 +144,7 @@ def test_schema_rejects_malformed_files(tmp_path, payload, engine, message):
     with pytest.raises(TuneError) as info:
         validate_tuned_config(path, engine)
     text = str(info.value)
-    assert text.startswith(f"{path} is not a valid {engine} tuned config: ")
+    assert text.startswith(f"{path}: ")
     assert message in text
     assert "\n" not in text
 
@@ -152,7 +152,7 @@ def test_schema_rejects_malformed_files(tmp_path, payload, engine, message):
 def test_validate_reports_unreadable_files(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"1": ')
-    with pytest.raises(TuneError, match="broken.json is not valid JSON"):
+    with pytest.raises(TuneError, match="broken.json: cannot read a tuned config: not valid JSON"):
         validate_tuned_config(path, "vllm")
     with pytest.raises(TuneError, match="cannot read"):
         validate_tuned_config(tmp_path / "missing.json", "vllm")
@@ -170,3 +170,12 @@ def test_vllms_published_h200_files_validate():
     )
     validate_tuned_config(path, "vllm")
     validate_tuned_config(path, "sglang")
+
+
+def test_check_space_takes_the_default_grid_and_refuses_what_no_file_holds():
+    from moetune.tune.output import check_space
+    from moetune.tune.space import default_space
+
+    assert check_space(default_space(), "default") == default_space()
+    with pytest.raises(TuneError, match=r'space.json: M16 N64 K128 G5000 w4 s3: "GROUP_SIZE_M"'):
+        check_space([SMALL, Candidate(16, 64, 128, 5000, 4, 3)], "space.json")
