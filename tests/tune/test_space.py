@@ -112,7 +112,8 @@ def test_load_space_accepts_a_json_list_of_configs(tmp_path):
     [
         ("s.yaml", "BLOCK_SIZE_Q: [16]\n", "unknown parameter(s) BLOCK_SIZE_Q"),
         ("s.yaml", "BLOCK_SIZE_M: []\n", "BLOCK_SIZE_M has an empty list of values"),
-        ("s.yaml", "BLOCK_SIZE_M: [24]\n", "BLOCK_SIZE_M must be a power of two >= 16, got 24"),
+        ("s.yaml", "BLOCK_SIZE_M: [24]\n", "BLOCK_SIZE_M must be a power of two >= 8, got 24"),
+        ("s.yaml", "BLOCK_SIZE_N: [8]\n", "BLOCK_SIZE_N must be a power of two >= 16, got 8"),
         ("s.yaml", "- 16\n", "a config must be a mapping"),
         ("s.yaml", "[]\n", "holds no candidates"),
         (
