@@ -236,7 +236,10 @@ def tune(
         label = f"shape {index + 1}/{count} " if sweep.is_sweep else ""
         return _run_with_progress(plan, err, label, backend)
 
-    result = run_sweep(sweep, run_one)
+    from moetune.tune.dir_lock import save_dir_lock
+
+    with save_dir_lock(sweep.plans[0].request.save_dir):  # one run at a time per folder
+        result = run_sweep(sweep, run_one)
     if not json_:
         for group, summary in zip(sweep.groups, result.summaries, strict=False):
             _print_summary(summary, out)
