@@ -10,7 +10,7 @@ group and owns the exit codes:
     3    an unexpected error: one line pointing at a log with the traceback
     4    `moetune check`: an engine's tuned file for the shape is missing or invalid
     130  interrupted by SIGINT (Ctrl-C); partial results are already on disk
-    143  stopped by SIGTERM; likewise
+    143  stopped by SIGTERM; likewise (129: SIGHUP, a closed terminal)
 
 Importing this module must stay cheap: `moetune extract` may not import torch
 or triton, so command modules import them inside their functions only.
@@ -25,11 +25,12 @@ import sys
 import tempfile
 import threading
 import traceback
+import warnings
 
 import click
 
 from moetune import __version__
-from moetune.errors import Interrupted, MoetuneError, Terminated
+from moetune.errors import Interrupted, MoetuneError, MoetuneWarning, Terminated
 
 # (module, attribute) of every command, in the order `moetune --help` lists them.
 COMMANDS = [
@@ -104,29 +105,47 @@ def _write_crash_log() -> str:
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
+    raise Terminated(signum)
+
+
+# SIGTERM and SIGHUP (a closed terminal) unwind like Ctrl-C, so the cleanup runs.
+_TERMINATING = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 def _ignore_stop_signals() -> None:
     """On the way out after a signal: a second Ctrl-C must not print a traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in (signal.SIGINT, *_TERMINATING):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
+    """moetune's own warnings as one line; anyone else's as Python prints them."""
+    if issubclass(category, MoetuneWarning):
+        return f"Warning: {message}\n"
+    return _python_format_warning(message, category, filename, lineno, line)
+
+
+_python_format_warning = warnings.formatwarning
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with moetune's exit codes (see the module docstring)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)  # unwinds like Ctrl-C: cleanup runs
+        for signum in _TERMINATING:
+            signal.signal(signum, _raise_terminated)
+    warnings.formatwarning = _format_warning
     try:
         status = cli.main(args=argv, prog_name="moetune", standalone_mode=False)
     except Interrupted as exc:  # a tune: its workers are gone, its results saved
         _ignore_stop_signals()
         click.echo(exc.message, err=True)
         sys.exit(exc.exit_code)
-    except Terminated:
+    except Terminated as exc:
         _ignore_stop_signals()
         click.echo("Terminated", err=True)
-        sys.exit(128 + signal.SIGTERM)
+        sys.exit(128 + exc.signum)
     except click.exceptions.Abort:
         click.echo("Interrupted (^C)", err=True)
         sys.exit(130)

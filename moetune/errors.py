@@ -4,6 +4,8 @@ Every `MoetuneError` is a user or data problem: the CLI prints its message on
 one line as ``Error: <message>`` and exits 1, never with a traceback.
 """
 
+import signal
+
 
 class MoetuneError(Exception):
     """A problem with the user's input or data; printed as one line, exit 1."""
@@ -34,10 +36,15 @@ class TuneError(MoetuneError):
 
 
 class Terminated(BaseException):
-    """Raised in the main thread by the CLI's SIGTERM handler (like KeyboardInterrupt for SIGINT).
+    """Raised in the main thread by the CLI's SIGTERM/SIGHUP handler (like KeyboardInterrupt
+    for SIGINT); `signum` is the signal.
 
     A BaseException, so that no ``except Exception`` on the way swallows it.
     """
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
 
 
 class Interrupted(BaseException):
@@ -55,3 +62,10 @@ class Interrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class MoetuneWarning(UserWarning):
+    """Something the user should know that stops nothing (a skipped store line, say).
+
+    The CLI prints it as one line, ``Warning: <message>``.
+    """

@@ -9,9 +9,13 @@ from typing import Any
 import click
 
 from moetune.commands.options import (
+    MAX_TIMEOUT_S,
+    GpuList,
+    Seconds,
     default_compile_workers,
     model_options,
     problem_from_options,
+    worker_devices,
 )
 from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
 
@@ -33,7 +37,9 @@ from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
     multiple=True,
     help="Batch size M (repeatable). Default: the engines' 18 (1 ... 4096).",
 )
-@click.option("--gpus", help="Comma-separated GPU ids to use (default: every visible GPU).")
+@click.option(
+    "--gpus", type=GpuList(), help="Comma-separated GPU ids to use (default: every visible GPU)."
+)
 @click.option(
     "--engine",
     type=click.Choice(("vllm", "sglang", "both")),
@@ -49,7 +55,7 @@ from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=1),
+    type=Seconds(min=1, max=MAX_TIMEOUT_S),
     default=120.0,
     show_default=True,
     help="Seconds one measurement may take before its worker is killed.",
@@ -70,7 +76,7 @@ from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
 def benchmark(
     config_files: tuple[Path, ...],
     batch_sizes: tuple[int, ...],
-    gpus: str | None,
+    gpus: tuple[str, ...] | None,
     engine: str,
     compare_dir: Path | None,
     timeout_s: float,
@@ -114,7 +120,7 @@ def benchmark(
     problem = replace(resolved.problem, kernel=timed_on)
     click.echo(f"Kernel: {kernel_description(problem)}", err=True)
     sizes = tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES)
-    devices = resolved.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
+    devices = worker_devices(gpus, resolved, dry_run=dry_run)
 
     baselines = engine_baselines(
         problem,

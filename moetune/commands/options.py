@@ -8,6 +8,7 @@ functions, and only to ask about GPUs.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +72,59 @@ class ListParam(click.ParamType):
             )
         items = tuple(self.item.convert(part, param, ctx) for part in parts)
         return tuple(dict.fromkeys(items)) if self.many else items[0]
+
+
+class Seconds(click.FloatRange):
+    """A finite number of seconds in [`min`, `max`] (click's FloatRange lets inf and nan by)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
+# The longest --timeout: a day (the worker pool refuses longer waits).
+MAX_TIMEOUT_S = 86400
+
+
+class GpuList(click.ParamType):
+    """``--gpus``: comma-separated GPU indices (or GPU-/MIG- UUIDs), as CUDA_VISIBLE_DEVICES
+    takes them; a tuple of distinct strings."""
+
+    name = "gpus"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "ID[,...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        parts = [part.strip() for part in str(value).split(",")]
+        for part in parts:
+            if not (part.isdigit() or part.startswith(("GPU-", "MIG-"))):
+                self.fail(
+                    f"{part!r} is not a GPU index (0, 1, ...) or a GPU-/MIG- UUID", param, ctx
+                )
+        twice = sorted({part for part in parts if parts.count(part) > 1})
+        if twice:
+            self.fail(f"{value!r} names GPU {twice[0]} twice", param, ctx)
+        return tuple(parts)
+
+
+def worker_devices(gpus: tuple[str, ...] | None, machine: Any, *, dry_run: bool) -> tuple:
+    """The workers' devices: --gpus if given (refused where no CUDA GPU is visible), else
+    every visible one (`machine.devices`)."""
+    if not gpus:
+        return machine.devices
+    if not dry_run and all(device is None for device in machine.devices):
+        raise TuneError(
+            f"--gpus {','.join(gpus)}: no CUDA GPU is visible here; leave --gpus out "
+            "(TRITON_INTERPRET=1 times on the CPU, for testing only)"
+        )
+    return gpus
 
 
 def model_options(command: Callable | None = None, *, sweep: bool = False) -> Callable:

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from moetune.commands.options import ListParam, default_compile_workers, model_options
+from moetune.commands.options import (
+    MAX_TIMEOUT_S,
+    GpuList,
+    ListParam,
+    Seconds,
+    default_compile_workers,
+    model_options,
+)
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_CHOICES, KERNEL_HELP
 from moetune.tune.results_dir import RESULTS_ROOT
@@ -55,7 +62,9 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     help="JSON/YAML file narrowing the search space (default: vLLM's 1,920-config grid).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop (works without a GPU).")
-@click.option("--gpus", help="Comma-separated GPU ids to use (default: every visible GPU).")
+@click.option(
+    "--gpus", type=GpuList(), help="Comma-separated GPU ids to use (default: every visible GPU)."
+)
 @click.option(
     "--backend",
     type=click.Choice(("local", "ray")),
@@ -71,7 +80,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=1),
+    type=Seconds(min=1, max=MAX_TIMEOUT_S),
     default=120.0,
     show_default=True,
     help="Seconds one candidate may take before its worker is killed and it is recorded as hung.",
@@ -126,7 +135,7 @@ def tune(
     search: str,
     space_file: str | None,
     dry_run: bool,
-    gpus: str | None,
+    gpus: tuple[str, ...] | None,
     backend: str,
     compile_workers: int | None,
     timeout_s: float,
@@ -164,7 +173,7 @@ def tune(
     """
     from rich.console import Console
 
-    from moetune.commands.options import layouts_from_options, machine_from_options
+    from moetune.commands.options import layouts_from_options, machine_from_options, worker_devices
     from moetune.engines.launch import resolve_kernels
     from moetune.extract.layouts import resolve_layouts
     from moetune.tune.output import check_space
@@ -189,7 +198,7 @@ def tune(
         mappings=model.get("mappings"),
         replace_mappings=bool(model.get("replace_mappings")),
     )
-    devices = machine.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
+    devices = worker_devices(gpus, machine, dry_run=dry_run)
     engines = ("vllm", "sglang") if engine == "both" else (engine,)
     kernels, kernel_notes = resolve_kernels(kernel, engines)
     targets = _install_targets(install, install_dir, engines, machine.triton_version)
@@ -246,7 +255,10 @@ def tune(
         label = f"shape {index + 1}/{count} " if sweep.is_sweep else ""
         return _run_with_progress(plan, err, label, backend)
 
-    result = run_sweep(sweep, run_one)
+    from moetune.tune.dir_lock import save_dir_lock
+
+    with save_dir_lock(sweep.plans[0].request.save_dir):  # one run at a time per folder
+        result = run_sweep(sweep, run_one)
     if not json_:
         for group, summary in zip(sweep.groups, result.summaries, strict=False):
             _print_summary(summary, out)

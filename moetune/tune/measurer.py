@@ -12,6 +12,10 @@ this batch size goes to a warmer first and to the timer the moment it is
 compiled, so compiling (many processes) and timing (one per GPU) overlap. A
 candidate the compiler rejects (compile error, out of resources) is recorded
 with that status and never reaches the timer.
+
+An environment failure (a missing module, no GPU) is recorded as such and ends
+the run: the backend raises `moetune.tune.environment.WorkerEnvironmentError`
+right after it, and the store never serves it again, so a rerun measures it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from moetune import __version__
+from moetune.tune.environment import ENVIRONMENT
 from moetune.tune.store import Measurement, ResultStore
 from moetune.tune.worker import FollowUp, Outcome, WorkUnit
 
@@ -140,7 +145,7 @@ class StoreMeasurer:
                 self.warmed[(batch_size, outcome.candidate)] = outcome.compile_s
                 self.warm_count += 1
                 self.warm_compile_s += outcome.compile_s or 0.0
-                if outcome.status in FINAL_WARM_FAILURES:
+                if outcome.status in (*FINAL_WARM_FAILURES, ENVIRONMENT):
                     results[outcome.candidate] = self._record(unit, outcome, fidelity, None)
                 continue
             compile_s = self.warmed.get((batch_size, outcome.candidate))

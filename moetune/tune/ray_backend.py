@@ -18,7 +18,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from moetune.errors import TuneError
-from moetune.tune.worker import DEFAULT_TIMEOUT_S, FollowUp, Outcome, WorkerPool, WorkUnit
+from moetune.tune.worker import (
+    DEFAULT_TIMEOUT_S,
+    FollowUp,
+    Outcome,
+    WorkerPool,
+    WorkUnit,
+    raise_if_environment,
+)
 
 
 def _import_ray() -> Any:
@@ -96,6 +103,7 @@ class RayBackend:
                 outcomes = self.ray.get(ref)
                 for outcome in outcomes:
                     yield unit, outcome
+                    raise_if_environment(outcome)
                 if then is not None:
                     queue.extend(then(unit, outcomes))
 

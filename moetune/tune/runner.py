@@ -347,6 +347,7 @@ def run_tune(
         notes=summary.notes,
     )
     store = ResultStore(plan.store_path)
+    store.check_writable()  # a read-only store fails now, not after the first measurement
     context = RunContext(problem, request.device_name, request.triton_version)
     owned = backend is None  # a backend passed in (a sweep's, shared by its shapes) stays open
     backend = backend or make_backend(request)

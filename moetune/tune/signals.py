@@ -10,8 +10,10 @@ lines from 16 compile workers). Instead:
   child's first instruction, before Python has installed its handler) and ignore
   it from then on (`ignore_interrupts`). The parent owns shutdown: it kills them
   when its own KeyboardInterrupt unwinds (`WorkerPool.close`).
-- SIGTERM keeps its default action in workers (a silent exit); the parent
-  turns its own SIGTERM into `moetune.errors.Terminated` (see `moetune.cli`).
+- SIGTERM and SIGHUP keep their default action in workers (a silent exit); the
+  parent turns its own into `moetune.errors.Terminated` (see `moetune.cli`).
+- workers watch their parent (`watch_parent`): if it dies without stopping them
+  (``kill -9``), they exit at once and quietly, whatever they are doing.
 - short sections that must not be cut (appending one line to the results store,
   killing the workers) run under `signals_deferred`: a signal arriving inside is
   delivered when the section ends.
@@ -20,12 +22,18 @@ lines from 16 compile workers). Instead:
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP (the terminal closed) stops a run like SIGTERM does.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 def _in_main_thread() -> bool:
@@ -89,3 +97,59 @@ def _deliver(signum: int, handler: Any) -> None:
         handler(signum, None)
     else:  # SIG_DFL, or a handler installed outside Python
         signal.raise_signal(signum)
+
+
+# prctl(2) option: the signal this process gets when the thread that started it dies.
+_PR_SET_PDEATHSIG = 1
+# How often a worker checks, besides waiting on its parent's sentinel, that its parent lives.
+PARENT_POLL_S = 1.0
+
+
+def watch_parent(kill_with_parent: bool = False) -> None:
+    """In a worker process: exit at once, quietly, when the parent process dies.
+
+    A daemon thread waits on multiprocessing's parent sentinel (readable when
+    the parent is gone) and polls the parent pid; either ends the process with
+    ``os._exit(0)``, whatever the main thread is doing, and without a traceback.
+    With `kill_with_parent` (the parent started this process from its main
+    thread), Linux also sends SIGKILL on the parent's death (``PR_SET_PDEATHSIG``),
+    which works even while the main thread holds the GIL in native code.
+    """
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.pid is None:
+        return
+    if kill_with_parent and sys.platform.startswith("linux"):
+        _set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent.pid:  # it died before the death signal was set up
+        os._exit(0)
+    threading.Thread(
+        target=_exit_with_parent,
+        args=(parent.sentinel, parent.pid),
+        name="moetune-parent-watch",
+        daemon=True,
+    ).start()
+
+
+def _exit_with_parent(sentinel: Any, parent_pid: int) -> None:
+    from multiprocessing.connection import wait
+
+    while True:
+        if sentinel is None:
+            time.sleep(PARENT_POLL_S)
+            gone = False
+        else:
+            gone = bool(wait([sentinel], timeout=PARENT_POLL_S))
+        if gone or os.getppid() != parent_pid:
+            os._exit(0)
+
+
+def _set_parent_death_signal(signum: int) -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc prctl: the watching thread is enough
+        pass

@@ -52,6 +52,7 @@ from moetune.tune.runner import (
     plan_lines,
     summary_json,
 )
+from moetune.tune.signals import STOP_SIGNALS
 from moetune.tune.space import DeviceLimits
 
 # See the module docstring for where these come from.
@@ -428,9 +429,9 @@ def run_sweep(
         finally:
             backend.close()
     except (KeyboardInterrupt, Terminated) as exc:
-        for signum in (signal.SIGINT, signal.SIGTERM):  # on the way out: no second traceback
+        for signum in STOP_SIGNALS:  # on the way out: no second traceback
             signal.signal(signum, signal.SIG_IGN)
-        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
         raise Interrupted(signum, interrupted_line(sweep, signum, before, result)) from None
     return result
 

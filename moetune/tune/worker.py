@@ -12,6 +12,10 @@ back one `Outcome` per candidate, as soon as it exists. Faults:
 
 - an exception (compile error, ``OutOfResources``, a bad launch) becomes an
   outcome with its status and a one-line error;
+- a failure of the machine rather than the config (a missing module, no GPU,
+  a driver error; `moetune.tune.environment`) comes back with the status
+  ``environment``, and the pool then stops with `WorkerEnvironmentError`:
+  every other candidate would fail the same way;
 - a CUDA error poisons the process's context: the worker reports it and exits,
   and the pool starts a fresh one;
 - a crash (segfault, ``os._exit``, the OOM killer) or a hang (no result within
@@ -19,19 +23,23 @@ back one `Outcome` per candidate, as soon as it exists. Faults:
   ``crashed`` / ``timeout``, a fresh process takes the rest of the unit.
 
 Every `recycle_after` candidates a worker is replaced, so compiled kernels and
-CUDA graphs never pile up over thousands of candidates.
+CUDA graphs never pile up over thousands of candidates. A worker whose parent
+dies (``kill -9``) exits at once, quietly (`moetune.tune.signals.watch_parent`).
 
 ``MOETUNE_TEST_FAULTS`` injects faults for tests: ``kind:FIELD=V[,FIELD=V]``
 items separated by ``;``, kind one of ``raise``, ``compile`` (a compiler error), ``crash``, ``hang``,
-``cuda`` (a simulated CUDA error) or ``wrong`` (a verification gets a wrong output).
+``cuda`` (a simulated CUDA error), ``import`` (a missing module) or ``wrong`` (a verification
+gets a wrong output). ``mode=M`` limits an item to units of that mode (``quick``, ``full``, ``warm``...).
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -39,20 +47,28 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moetune.errors import TuneError
-from moetune.tune.signals import children_ignore_interrupts, ignore_interrupts, signals_deferred
+from moetune.tune.environment import ENVIRONMENT, WorkerEnvironmentError, is_environment_error
+from moetune.tune.signals import (
+    children_ignore_interrupts,
+    ignore_interrupts,
+    signals_deferred,
+    watch_parent,
+)
 
 FAULTS_ENV = "MOETUNE_TEST_FAULTS"
 MODES = ("quick", "full", "warm", "verify")
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
 DEFAULT_RECYCLE_AFTER = 1000
+# The longest wait the pool accepts (a day); longer ones overflow the OS's timers.
+MAX_TIMEOUT_S = 86400.0
 # Seed of the inputs a verification draws (timing uses seed 0): fresh data for the check.
 VERIFY_SEED = 1234
 # Exit code of a worker whose CUDA context is poisoned; the pool restarts it quietly.
 POISONED_EXIT = 75
 ERROR_CHARS = 500
-# A worker killed by SIGINT/SIGTERM: how long the parent waits for its own signal (see poll).
-STOP_EXIT_CODES = (-2, -15)
+# A worker killed by SIGHUP/SIGINT/SIGTERM: how long the parent waits for its own signal (poll).
+STOP_EXIT_CODES = (-1, -2, -15)
 STOP_GRACE_S = 1.0
 
 
@@ -89,8 +105,11 @@ class Outcome:
 class Fault:
     kind: str
     match: dict[str, int]
+    mode: str | None = None  # only units of this mode
 
-    def hits(self, candidate: Any) -> bool:
+    def hits(self, candidate: Any, mode: str | None = None) -> bool:
+        if self.mode is not None and mode != self.mode:
+            return False
         return all(getattr(candidate, field) == value for field, value in self.match.items())
 
 
@@ -98,11 +117,14 @@ def parse_faults(spec: str) -> list[Fault]:
     faults = []
     for item in filter(None, (part.strip() for part in spec.split(";"))):
         kind, _, fields = item.partition(":")
-        match = {}
+        match, mode = {}, None
         for pair in filter(None, fields.split(",")):
             field, _, value = pair.partition("=")
-            match[field.strip()] = int(value)
-        faults.append(Fault(kind.strip(), match))
+            if field.strip() == "mode":
+                mode = value.strip()
+            else:
+                match[field.strip()] = int(value)
+        faults.append(Fault(kind.strip(), match, mode))
     return faults
 
 
@@ -115,6 +137,8 @@ def one_line(exc: BaseException) -> str:
 def classify(exc: BaseException) -> str:
     """The measurement status of an exception raised while measuring a candidate."""
     names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, ImportError) or is_environment_error(one_line(exc)):
+        return ENVIRONMENT
     if "OutOfResources" in names:
         return "out_of_resources"
     if names & {"CompilationError", "PTXASError", "CompileTimeAssertionFailure"}:
@@ -132,6 +156,12 @@ def poisons_context(exc: BaseException) -> bool:
     )
 
 
+def raise_if_environment(outcome: Outcome) -> None:
+    """Stop with `WorkerEnvironmentError` when `outcome` failed because of the machine."""
+    if outcome.status == ENVIRONMENT:
+        raise WorkerEnvironmentError(outcome.error or "an unknown environment error")
+
+
 class CompilationError(Exception):
     """The injected ``compile`` fault; named like Triton's so it classifies the same."""
 
@@ -142,11 +172,15 @@ class CompilationError(Exception):
 
 
 class _Inputs:
-    """The current problem's tensors, rebuilt only when the problem or batch size changes."""
+    """The current problem's tensors, rebuilt only when the problem or batch size changes.
 
-    def __init__(self) -> None:
+    `device` is the GPU the worker was given (its ``CUDA_VISIBLE_DEVICES``), None if none.
+    """
+
+    def __init__(self, device: str | None = None) -> None:
         self.key: tuple | None = None
         self.value: Any = None
+        self.device = device
 
     def get(self, problem: Any, batch_size: int, seed: int) -> Any:
         key = (problem, batch_size, seed)
@@ -154,6 +188,8 @@ class _Inputs:
             import torch
 
             from moetune.kernel.problem import make_problem
+
+            _check_gpu(torch, self.device)
 
             self.value = None
             if torch.cuda.is_available():
@@ -180,11 +216,26 @@ class _Inputs:
         return self.value
 
 
+def _check_gpu(torch: Any, device: str | None) -> None:
+    """Raise an environment error when this worker has no GPU to time on."""
+    if torch.cuda.is_available():
+        return
+    if device is not None:
+        raise RuntimeError(
+            f"the worker cannot use GPU {device}: with CUDA_VISIBLE_DEVICES={device} "
+            "CUDA sees no device"
+        )
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            "the worker cannot use a GPU: CUDA sees none (and TRITON_INTERPRET=1 is not set)"
+        )
+
+
 def _inject(faults: list[Fault], candidate: Any, mode: str) -> bool:
     """Act out the test faults that hit `candidate`; True if the output must be made wrong."""
     wrong = False
     for fault in faults:
-        if not fault.hits(candidate):
+        if not fault.hits(candidate, mode):
             continue
         if fault.kind == "raise":
             raise RuntimeError(f"injected fault for {candidate}")
@@ -196,6 +247,8 @@ def _inject(faults: list[Fault], candidate: Any, mode: str) -> bool:
             raise CompilationError(f"injected compile error for {candidate}")
         if fault.kind == "cuda":
             raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
+        if fault.kind == "import":
+            raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
         if fault.kind == "wrong" and mode == "verify":
             wrong = True
     return wrong
@@ -271,26 +324,40 @@ def enable_compile_only() -> bool:
     return True
 
 
-def worker_main(conn: Any, device: str | None, compile_only: bool = False) -> None:
-    """Entry point of a worker process: measure the units the pool sends, until told to stop."""
+def worker_main(
+    conn: Any, device: str | None, compile_only: bool = False, kill_with_parent: bool = False
+) -> None:
+    """Entry point of a worker process: measure the units the pool sends, until told to stop.
+
+    It ends quietly when the parent is gone: told to stop, a closed pipe, or the
+    parent's death noticed by `watch_parent`.
+    """
+    watch_parent(kill_with_parent)
     ignore_interrupts()  # Ctrl-C is the parent's to handle (moetune.tune.signals)
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     if compile_only:
         enable_compile_only()
     faults = parse_faults(os.environ.get(FAULTS_ENV, ""))
-    inputs = _Inputs()
+    inputs = _Inputs(device)
+    try:
+        _serve(conn, inputs, faults)
+    except (EOFError, OSError):  # the parent closed the pipe or died: nobody to report to
+        os._exit(0)
+
+
+def _serve(conn: Any, inputs: _Inputs, faults: list[Fault]) -> None:
     while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
+        message = conn.recv()
         if message is None:
             return
         if message == "ceilings":
             from moetune.tune.timing import measure_ceilings
 
-            conn.send(("ceilings", measure_ceilings()))
+            try:
+                conn.send(("ceilings", measure_ceilings()))
+            except Exception as exc:  # noqa: BLE001 - the parent reports it; this worker lives on
+                conn.send(("error", one_line(exc)))
             continue
         unit: WorkUnit = message
         for index, candidate in enumerate(unit.candidates):
@@ -376,9 +443,11 @@ class _Worker:
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
+        # The Linux parent-death signal follows the starting thread: only the main thread's.
+        main_thread = threading.current_thread() is threading.main_thread()
         self.process = self.ctx.Process(
             target=worker_main,
-            args=(child, self.device, self.role == "warmer"),
+            args=(child, self.device, self.role == "warmer", main_thread),
             daemon=True,
             name=f"moetune-{self.role}",
         )
@@ -418,10 +487,20 @@ class _Worker:
         self.conn.send(job.unit)
 
     def request(self, message: str) -> Any:
+        """Ask the worker for `message` and wait for the reply (TuneError if it fails)."""
         if self.process is None:
             self.start()
         self.conn.send(message)
-        reply = self.conn.recv()
+        try:
+            if not self.conn.poll(self.pool.startup_timeout_s):
+                self.stop(kill=True)
+                raise TuneError(f"no {message} within {self.pool.startup_timeout_s:g} s")
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            self.stop(kill=True)
+            raise TuneError(f"the {self.role} worker died while measuring {message}") from None
+        if reply[0] == "error":
+            raise TuneError(reply[1])
         return reply[1]
 
     def waitables(self) -> list[Any]:
@@ -478,8 +557,12 @@ class _Worker:
             return []  # died right after reporting (a poisoned context): nothing lost
         self.failed_starts += 1
         if self.failed_starts >= 2:
-            # Dying before the first candidate twice: the problem itself cannot be built.
-            raise TuneError(f"the {self.role} worker for device {self.device} cannot start: {why}")
+            # Dying before its first candidate twice: the process cannot start on this machine.
+            where = "" if self.device is None else f" for GPU {self.device}"
+            raise WorkerEnvironmentError(
+                f"the {self.role} worker process cannot start{where} ({why}; its error is "
+                "printed above)"
+            )
         return []
 
     def _rest(self) -> bool:
@@ -515,6 +598,11 @@ class WorkerPool:
     ) -> None:
         if not devices:
             raise TuneError("no devices to run workers on")
+        for name, value in (("timeout", timeout_s), ("startup timeout", startup_timeout_s)):
+            if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+                raise TuneError(
+                    f"the {name} must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {value}"
+                )
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         self.recycle_after = recycle_after
@@ -555,6 +643,8 @@ class WorkerPool:
         "warm" units go to the warmers (to the timers if there are none), the
         rest to the timers. When a unit is complete, `then(unit, outcomes)` may
         return more units to run (a warmed chunk's timing, say), which start at once.
+        An ``environment`` outcome is yielded (the caller may record it), then
+        `WorkerEnvironmentError` is raised: nothing else can be measured here.
         """
         queues: dict[str, deque[_Job]] = {"timer": deque(), "warmer": deque()}
 
@@ -585,6 +675,7 @@ class WorkerPool:
                 job.outcomes.extend(outcomes)
                 for outcome in outcomes:
                     yield job.origin, outcome
+                    raise_if_environment(outcome)
                 if requeue:
                     queues[worker.role].appendleft(job)
                 elif outcomes and job.finished and then is not None:

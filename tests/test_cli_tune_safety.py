@@ -1,0 +1,279 @@
+"""`moetune tune` on bad machines and bad folders: one line and nothing lost, never a crash.
+
+CPU tunes of the tiny bundled model (tests/tune/data/tiny-moe) under the
+Triton interpreter, as in test_cli_tune.py; errors that stop a run before any
+work are checked in-process through `moetune.cli.main`.
+"""
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from moetune.cli import main
+from moetune.extract.filenames import installed_triton_version
+from moetune.tune.dir_lock import LOCK_FILENAME
+from moetune.tune.space import Candidate
+from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
+from moetune.tune.worker import FAULTS_ENV
+
+DATA = Path(__file__).parent / "tune" / "data"
+KEY = "E=4,N=32,K=64,topk=2,dtype=bf16"
+# The three candidates of tiny-space.json, in its order.
+SPACE = [
+    Candidate(16, 32, 32, 1, 4, 2),
+    Candidate(16, 64, 64, 1, 4, 2),
+    Candidate(16, 32, 64, 1, 4, 3),
+]
+# One batch size, the vLLM file only: the 3 candidates and vLLM's fallback config.
+MEASUREMENTS = 4
+
+
+def tune_args(save_dir, *extra):
+    return [
+        "tune",
+        "--model",
+        str(DATA / "tiny-moe"),
+        "--space",
+        str(DATA / "tiny-space.json"),
+        "--batch-size",
+        "2",
+        "--search",
+        "exhaustive",
+        "--engine",
+        "vllm",
+        "--save-dir",
+        str(save_dir),
+        "--device-name",
+        "NVIDIA H200",
+        *extra,
+    ]
+
+
+def run_main(capsys, args):
+    """Run the CLI in this process: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def last_line(text):
+    return [line for line in text.splitlines() if line.strip()][-1]
+
+
+def moetune(args, env=None, **kwargs):
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "moetune", *args],
+        capture_output=True,
+        text=True,
+        env={**base, "TRITON_INTERPRET": "1", **(env or {})},
+        **kwargs,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_folders(monkeypatch):
+    monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+
+
+# --- 1. an environment failure is not a config outcome ---------------------------------
+
+
+def test_a_missing_module_stops_the_tune_in_one_line_and_the_rerun_measures_again(tmp_path):
+    # A Python without numpy, as a fresh venv was before numpy joined the kernel extra.
+    shim = tmp_path / "no-numpy"
+    shim.mkdir()
+    (shim / "numpy.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n"
+    )
+    pythonpath = os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])])
+    save_dir = tmp_path / "out"
+    broken = moetune(tune_args(save_dir), env={"PYTHONPATH": pythonpath})
+    assert broken.returncode == 1, broken.stderr
+    assert last_line(broken.stderr) == (
+        "Error: the worker cannot run the kernel: No module named 'numpy' (an environment "
+        "problem, not a config; install numpy, e.g. with moetune's kernel extra: "
+        "pip install -e '.[kernel]', and rerun)"
+    )
+    rows = ResultStore(save_dir).all()
+    assert [m.status for m in rows] == ["environment"]  # stopped at the first one
+
+    fixed = moetune(tune_args(save_dir, "--json"))
+    assert fixed.returncode == 0, fixed.stderr
+    summary = json.loads(fixed.stdout)
+    assert (summary["reused"], summary["measured"]) == (0, MEASUREMENTS)
+
+
+# --- 2. a symlinked store is not followed ----------------------------------------------
+
+
+def test_a_symlinked_store_is_refused_and_its_target_untouched(tmp_path, capsys):
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text('{"not": "a measurement"}\n{"torn": ')
+    save_dir = tmp_path / "out"
+    save_dir.mkdir()
+    (save_dir / STORE_FILENAME).symlink_to(target)
+    code, _, err = run_main(capsys, tune_args(save_dir))
+    assert code == 1
+    assert last_line(err) == (
+        f"Error: the results store {save_dir / STORE_FILENAME} is a symlink; moetune does not "
+        "follow it (it would append to and cut the target): replace it with the file itself, "
+        "or use another --save-dir"
+    )
+    assert target.read_text() == '{"not": "a measurement"}\n{"torn": '
+
+
+# --- 3. one tune at a time per save dir ------------------------------------------------
+
+
+def test_a_second_tune_on_the_same_save_dir_exits_1_naming_the_first(tmp_path, capsys):
+    save_dir = tmp_path / "out"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "moetune", *tune_args(save_dir, "--timeout", "600")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TRITON_INTERPRET": "1", FAULTS_ENV: "hang:BLOCK_SIZE_K=32"},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        lock = save_dir / LOCK_FILENAME
+        while time.monotonic() < deadline and first.poll() is None:
+            if lock.exists() and str(first.pid) in lock.read_text():
+                break
+            time.sleep(0.1)
+        else:
+            time.sleep(5)  # no lock file (before the fix): let the first tune get going
+        assert first.poll() is None
+        code, _, err = run_main(capsys, tune_args(save_dir))
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert code == 1, err
+    line = last_line(err)
+    assert line.startswith(f"Error: {save_dir} is in use by another moetune run (host ")
+    assert f", pid {first.pid}, started " in line
+    assert line.endswith("; wait for it to finish, or use another --save-dir")
+    assert not (save_dir / STORE_FILENAME).exists()  # the second one measured nothing
+
+
+# --- 5. bad values give one line -------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "0", "1e300"])
+@pytest.mark.parametrize("command", ["tune", "benchmark"])
+def test_a_timeout_that_is_not_a_finite_positive_number_is_a_usage_error(
+    tmp_path, capsys, command, value
+):
+    args = (
+        tune_args(tmp_path)
+        if command == "tune"
+        else ["benchmark", "--model", str(DATA / "tiny-moe")]
+    )
+    code, _, err = run_main(capsys, [*args, "--timeout", value])
+    assert code == 2, err
+    assert "Invalid value for '--timeout'" in err and "Traceback" not in err
+    assert not tmp_path.joinpath(STORE_FILENAME).exists()
+
+
+@pytest.mark.parametrize("command", ["tune", "benchmark"])
+def test_gpus_that_are_not_gpu_ids_are_a_usage_error(tmp_path, capsys, command):
+    args = (
+        tune_args(tmp_path)
+        if command == "tune"
+        else ["benchmark", "--model", str(DATA / "tiny-moe")]
+    )
+    code, _, err = run_main(capsys, [*args, "--gpus", "abc"])
+    assert code == 2, err
+    assert last_line(err) == (
+        "Error: Invalid value for '--gpus': 'abc' is not a GPU index (0, 1, ...) "
+        "or a GPU-/MIG- UUID"
+    )
+
+
+def test_gpus_on_a_machine_without_cuda_is_one_line_before_any_work(tmp_path, capsys):
+    code, _, err = run_main(capsys, tune_args(tmp_path / "out", "--gpus", "0"))
+    assert code == 1
+    assert last_line(err) == (
+        "Error: --gpus 0: no CUDA GPU is visible here; leave --gpus out (TRITON_INTERPRET=1 "
+        "times on the CPU, for testing only)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def _drop_file_permission_override():
+    """In the child, as root: lose the right to ignore file modes (as any other user has)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; exec then lacks them
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux prctl")
+def test_a_read_only_save_dir_fails_before_the_first_measurement(tmp_path):
+    save_dir = tmp_path / "read-only"
+    save_dir.mkdir()
+    save_dir.chmod(0o555)
+    try:
+        result = moetune(
+            tune_args(save_dir),
+            preexec_fn=_drop_file_permission_override if os.geteuid() == 0 else None,
+            timeout=300,
+        )
+    finally:
+        save_dir.chmod(0o755)
+    assert result.returncode == 1, result.stderr
+    assert last_line(result.stderr) == (
+        f"Error: cannot write to the save dir {save_dir} (Permission denied); "
+        "pass a --save-dir you can write to"
+    )
+    assert "tuning" not in result.stderr  # stopped before the progress bar, before any work
+    assert list(save_dir.iterdir()) == []
+
+
+def test_a_store_line_of_the_wrong_type_is_skipped_naming_it_and_kept(tmp_path):
+    rows = [
+        Measurement(
+            problem_key=KEY,
+            batch_size=2,
+            candidate=candidate,
+            fidelity="full",
+            status="ok",
+            latency_us=latency,
+            p20_us=latency,
+            p80_us=latency,
+            compile_s=0.5,
+            error=None,
+            device_name="NVIDIA H200",
+            triton_version=installed_triton_version() or "unknown",
+            moetune_version="0.1.0",
+            timestamp=1764480000.0,
+        ).to_json()
+        for candidate, latency in zip(SPACE, (900.0, 800.0, 700.0), strict=True)
+    ]
+    rows[1]["latency_us"] = "fast"
+    store = tmp_path / STORE_FILENAME
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    store.write_text(text)
+    result = moetune(tune_args(tmp_path, "--json"))
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"Warning: {store}:2: skipping an unreadable measurement (latency_us must be a "
+        "number, got 'fast'); skipped lines stay in the file\n"
+    ) in result.stderr
+    summary = json.loads(result.stdout)
+    # The two good rows are reused; the bad one's candidate and vLLM's fallback are measured.
+    assert (summary["reused"], summary["measured"]) == (2, 2)
+    assert store.read_text().startswith(text)  # the bad line is still there, untouched
