@@ -9,6 +9,9 @@ one line naming the file, the line, the entry and the field.
 A user's file (`--mappings FILE` or `$MOETUNE_MAPPINGS`) is merged over the
 built-in one (its entries come first; an entry with the same name replaces the
 built-in one) or, with `replace=True`, used alone.
+
+A mappings file is plain YAML without anchors or aliases (an alias can expand
+a small file into billions of nodes), UTF-8 encoded.
 """
 
 from __future__ import annotations
@@ -220,26 +223,61 @@ class MappingsFile:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _anchor_line(text: str) -> int | None:
+    """The 1-based line of the first YAML anchor or alias in `text`, or None."""
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            return event.start_mark.line + 1
+    return None
+
+
 def _read(path: str) -> tuple[Any, Any, list[str]]:
     """(YAML node tree, data, problems) of a mappings file; the node tree gives line numbers."""
+
+    def failed(problem: str) -> tuple[Any, Any, list[str]]:
+        return None, None, [problem]
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except OSError as exc:
-        return None, None, [f"{path}: cannot read mappings file ({exc.strerror or exc})"]
-    loader = _LOADER(text)
+        return failed(f"{path}: cannot read mappings file ({exc.strerror or exc})")
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return failed(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save the mappings file as UTF-8"
+        )
+    try:
+        line = _anchor_line(text)
+        if line is not None:
+            return failed(
+                f"{path}, line {line}: YAML anchors and aliases are not allowed in a mappings "
+                "file (an alias can expand without bound); write the values out"
+            )
+        loader = _LOADER(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f", line {mark.line + 1}" if mark is not None else ""
         problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        return None, None, [f"{path}{where}: malformed YAML ({problem})"]
+        return failed(f"{path}{where}: malformed YAML ({problem})")
     except yaml.YAMLError as exc:
-        return None, None, [f"{path}: malformed YAML ({exc})"]
-    finally:
-        loader.dispose()
+        return failed(f"{path}: malformed YAML ({_first_line(str(exc))})")
+    except RecursionError:
+        return failed(f"{path}: malformed YAML (nested too deeply)")
+    except ValueError as exc:  # a constructor's: an over-long integer, a bad date
+        reason = _first_line(str(exc)).split(";")[0]
+        return failed(f"{path}: malformed YAML (a value cannot be read: {reason})")
     return node, data, [f"{path}, {problem}" for problem in _duplicate_keys(node)]
 
 
@@ -249,9 +287,10 @@ def _duplicate_keys(node: Any) -> list[str]:
     if isinstance(node, yaml.MappingNode):
         seen = set()
         for key, value in node.value:
-            if key.value in seen:
+            if isinstance(key, yaml.ScalarNode) and key.value in seen:
                 problems.append(f"line {key.start_mark.line + 1}: duplicate key {key.value!r}")
-            seen.add(key.value)
+            if isinstance(key, yaml.ScalarNode):
+                seen.add(key.value)
             problems += _duplicate_keys(value)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
@@ -404,10 +443,13 @@ def _check(path: str) -> tuple[MappingsFile | None, list[str]]:
     node, data, problems = _read(path)
     if problems:
         return None, problems
-    problems = _schema_problems(path, node, data)
-    if problems:
-        return None, problems
-    return _parse(path, data)
+    try:
+        problems = _schema_problems(path, node, data)
+        if problems:
+            return None, problems
+        return _parse(path, data)
+    except RecursionError:
+        return None, [f"{path}: nested too deeply to be a mappings file"]
 
 
 def validate_file(path: str | os.PathLike[str]) -> list[str]:

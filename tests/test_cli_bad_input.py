@@ -1,0 +1,117 @@
+"""Bad input to the commands that read a model: one line and exit 1 or 2, never a guess.
+
+Each case is an exact repro of a fault found by fault injection: a malformed
+config value silently replaced by a default, a device name that escapes the
+output folder, crashes on deep JSON or a non-UTF-8 mappings file, a YAML alias
+bomb that hangs, absurd shapes that tune for minutes, and a mappings literal
+that `validate` accepted and `extract` refused.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moetune.cli import main
+from moetune.extract import filenames
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+QWEN3 = REPO_ROOT / "moetune" / "catalog" / "Qwen__Qwen3-30B-A3B.json"
+TINY_MOE = REPO_ROOT / "tests" / "tune" / "data" / "tiny-moe"
+
+
+@pytest.fixture(autouse=True)
+def offline_no_gpu(monkeypatch, tmp_path):
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "MOETUNE_MAPPINGS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+
+
+def run(capsys, *args):
+    """Run the CLI in-process as `moetune` does; return (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main([str(arg) for arg in args])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def qwen3_with(tmp_path, **fields):
+    config = json.loads(QWEN3.read_text())
+    config.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def error_line(err):
+    """The one `Error: ...` line of a failed command (click prints usage lines before it)."""
+    lines = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# --- 3. crashes become one line --------------------------------------------------
+
+
+def test_deeply_nested_config_json(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert str(path) in error_line(err) and "nested" in err
+
+
+def test_integer_too_long_to_read(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"num_experts": ' + "9" * 5000 + "}")
+    code, _, err = run(capsys, "extract", "--model", path)
+    assert code == 1
+    assert str(path) in error_line(err)
+
+
+def test_mappings_file_that_is_not_utf8(capsys, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_bytes(b"version: 1\nentries: []\n# caf\xe9\n")
+    code, _, err = run(capsys, "validate", path)
+    assert code == 1
+    assert f"{path}: not UTF-8 text" in err and "Traceback" not in err
+    code, _, err = run(capsys, "extract", "--model", QWEN3, "--mappings", path)
+    assert code == 1
+    assert error_line(err).startswith(f"Error: {path}: not UTF-8 text")
+
+
+# --- 4. YAML alias bombs are refused, not expanded ------------------------------
+
+BILLION_LAUGHS = (
+    'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    + "".join(
+        f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n"
+        for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + "entries: []\n"
+)
+
+
+@pytest.mark.parametrize("command", ["validate", "extract"])
+def test_yaml_alias_bomb_is_refused_at_once(tmp_path, command):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(BILLION_LAUGHS)
+    args = (
+        [str(path)] if command == "validate" else ["--model", str(QWEN3), "--mappings", str(path)]
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", command, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 1
+    assert f"{path}, line 1: YAML anchors and aliases are not allowed" in result.stderr
+    assert "Traceback" not in result.stderr
