@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from moetune.cli import main
+from moetune.errors import MoetuneError
 from moetune.extract import filenames
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +54,43 @@ def error_line(err):
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]
+
+
+# --- 2. --device-name never becomes a path -------------------------------------
+
+
+BAD_DEVICE_NAMES = ["../../../X", "a/b", "a\\b", "..", "", "   ", "NVIDIA\x00H200", "H200\n"]
+
+
+@pytest.mark.parametrize("name", BAD_DEVICE_NAMES)
+def test_extract_refuses_a_device_name_that_is_not_a_plain_name(capsys, name):
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--device-name", name)
+    assert (code, out) == (2, "")
+    assert "--device-name" in error_line(err)
+
+
+@pytest.mark.parametrize("command", ["check", "tune", "benchmark"])
+def test_every_command_refuses_a_path_as_device_name(capsys, tmp_path, command):
+    extra = {"tune": ["--dry-run", "--save-dir", tmp_path / "out"], "benchmark": ["--dry-run"]}
+    code, _, err = run(
+        capsys, command, "--model", TINY_MOE, "--device-name", "../../../X", *extra.get(command, [])
+    )
+    assert code == 2
+    assert "--device-name" in error_line(err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_device_name_is_refused_not_replaced_by_the_fallback(capsys):
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--device-name", "")
+    assert (code, out) == (2, "")
+    assert "NVIDIA_H200" not in err
+
+
+def test_file_name_builders_refuse_a_path_too():
+    with pytest.raises(MoetuneError, match="path separator"):
+        filenames.vllm_config_filename(8, 64, "../x")
+    with pytest.raises(MoetuneError, match="path separator"):
+        filenames.sglang_config_filename(8, 64, "a/b")
 
 
 # --- 3. crashes become one line --------------------------------------------------

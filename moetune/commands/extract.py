@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from moetune.commands.options import ListParam, mappings_options
-from moetune.commands.texts import DEVICE_NAME_HELP
+from moetune.commands.options import ListParam, device_name_option, mappings_options
 from moetune.extract.filenames import DTYPE_CHOICES, VLLM_SEARCH_PATH
 
 if TYPE_CHECKING:
@@ -49,11 +48,7 @@ if TYPE_CHECKING:
     show_default=True,
     help="Kernel dtype; auto reads the checkpoint's quantization_config.",
 )
-@click.option(
-    "--device-name",
-    default=None,
-    help=DEVICE_NAME_HELP,
-)
+@device_name_option
 @click.option(
     "--revision",
     default=None,

@@ -21,7 +21,11 @@ from moetune.dtypes import (
     quant_details,
 )
 from moetune.errors import TuneError
-from moetune.extract.filenames import TUNABLE_ENGINE_DTYPES
+from moetune.extract.filenames import (
+    TUNABLE_ENGINE_DTYPES,
+    device_name_error,
+    device_name_problem,
+)
 
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", *TUNABLE_ENGINE_DTYPES)
 
@@ -39,6 +43,20 @@ def mappings_options(command: Callable) -> Callable:
         default=None,
         help="Your own moe_mappings.yaml, merged over the built-in one. Env: MOETUNE_MAPPINGS.",
     )(command)
+
+
+def check_device_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback of --device-name: a name that cannot go into a file name is a usage error."""
+    if value is not None:
+        problem = device_name_problem(value)
+        if problem is not None:
+            raise click.UsageError(device_name_error(value, problem), ctx)
+    return value
+
+
+def device_name_option(command: Callable) -> Callable:
+    """Decorate a click command with --device-name (checked by `check_device_name`)."""
+    return click.option("--device-name", callback=check_device_name, help=DEVICE_NAME_HELP)(command)
 
 
 class ListParam(click.ParamType):
@@ -130,10 +148,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
             help="fp8_w8a8 with per-output-channel weight scales and per-token activation "
             "scales (int8_w8a8 always is).",
         ),
-        click.option(
-            "--device-name",
-            help=DEVICE_NAME_HELP,
-        ),
+        device_name_option,
     ]
     for option in reversed(options):
         command = option(command)

@@ -130,7 +130,7 @@ def _list(block: tuple[int, int] | None) -> list[int] | None:
 
 def resolve_device_name(device_name: str | None) -> DeviceName:
     """The user's `--device-name`, else the first GPU's (``nvidia-smi``), else the fallback."""
-    if device_name:
+    if device_name is not None:
         return DeviceName(device_name, "--device-name")
     detected = filenames.detect_device_name()
     if detected:
