@@ -56,6 +56,61 @@ def error_line(err):
     return lines[0]
 
 
+# --- 1. a malformed value is an error, not a fall-through to a default ----------
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("8", '"8"'), (0, "0"), (-1, "-1"), (8.0, "8.0"), (True, "true"), ([8], "[8]")],
+)
+def test_invalid_num_experts_is_an_error_naming_field_path_and_value(
+    capsys, tmp_path, value, shown
+):
+    path = qwen3_with(tmp_path, num_experts=value)
+    code, out, err = run(capsys, "extract", "--model", path, "--json")
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    line = error_line(err)
+    assert str(path) in line
+    assert f"num_experts is {shown}" in line
+    assert "an integer >= 1" in line
+    assert "transformers default" not in err and "E=128" not in err
+
+
+def test_integer_written_as_a_float_says_how_to_write_it(capsys, tmp_path):
+    code, _, err = run(capsys, "extract", "--model", qwen3_with(tmp_path, num_experts=8.0))
+    assert code == 1
+    assert "write 8" in error_line(err)
+
+
+def test_null_num_experts_is_not_filled_from_transformers_defaults(capsys, tmp_path):
+    # config.json's null is what transformers keeps (it does not apply its class default)
+    path = qwen3_with(tmp_path, num_experts=None)
+    code, out, err = run(capsys, "extract", "--model", path, "--json")
+    assert (code, out) == (1, "")
+    line = error_line(err)
+    assert str(path) in line and "num_experts is null" in line
+    assert "set it in config.json" in line
+
+
+def test_invalid_value_does_not_fall_through_to_a_later_path(capsys, tmp_path):
+    # qwen3_moe reads num_experts, then num_local_experts: a bad first value is not skipped
+    path = qwen3_with(tmp_path, num_experts="64", num_local_experts=64)
+    code, _, err = run(capsys, "extract", "--model", path)
+    assert code == 1
+    assert 'num_experts is "64"' in error_line(err)
+
+
+def test_valid_config_is_unchanged(capsys):
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert (report["num_experts"], report["vllm_config_file"]) == (
+        128,
+        "E=128,N=768,device_name=NVIDIA_H200.json",
+    )
+
+
 # --- 2. --device-name never becomes a path -------------------------------------
 
 
@@ -153,3 +208,79 @@ def test_yaml_alias_bomb_is_refused_at_once(tmp_path, command):
     assert result.returncode == 1
     assert f"{path}, line 1: YAML anchors and aliases are not allowed" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- 5. shapes larger than any MoE layer are refused up front --------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "shown"),
+    [
+        ({"num_experts": 1_000_000_000}, "num_experts is 1000000000"),
+        ({"hidden_size": 100_000}, "hidden_size is 100000"),
+        ({"moe_intermediate_size": 1_000_000}, "intermediate_size is 1000000"),
+    ],
+)
+def test_huge_shape_is_refused_unless_allowed(capsys, tmp_path, fields, shown):
+    path = qwen3_with(tmp_path, **fields)
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    line = error_line(err)
+    assert shown in line and "--allow-huge-shape" in line and str(path) in line
+    code, out, err = run(capsys, "extract", "--model", path, "--allow-huge-shape", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["sources"]
+
+
+def test_huge_experts_are_allowed_and_named_with_the_flag(capsys, tmp_path):
+    path = qwen3_with(tmp_path, num_experts=1_000_000_000)
+    code, out, _ = run(capsys, "extract", "--model", path, "--allow-huge-shape", "--json")
+    assert code == 0
+    assert json.loads(out)["vllm_config_file"].startswith("E=1000000000,N=768,")
+
+
+@pytest.mark.parametrize("command", ["check", "tune", "benchmark"])
+def test_every_command_that_extracts_refuses_a_huge_shape(capsys, tmp_path, command):
+    config = json.loads((TINY_MOE / "config.json").read_text())
+    config["num_local_experts"] = 1_000_000_000
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    extra = {"tune": ["--dry-run", "--save-dir", tmp_path / "out"], "benchmark": ["--dry-run"]}
+    code, _, err = run(capsys, command, "--model", tmp_path, *extra.get(command, []))
+    assert code == 1
+    assert "--allow-huge-shape" in error_line(err)
+
+
+def test_top_k_above_the_experts_is_refused(capsys, tmp_path):
+    code, _, err = run(capsys, "extract", "--model", qwen3_with(tmp_path, num_experts_per_tok=200))
+    assert code == 1
+    assert "top_k 200 (from num_experts_per_tok) is more than num_experts 128" in error_line(err)
+
+
+# --- 6. validate and extract agree on literal defaults ---------------------------
+
+NEGATIVE_DEFAULT = """\
+version: 1
+entries:
+  - name: qwen3_moe
+    architectures: [Qwen3MoeForCausalLM]
+    params:
+      num_experts: [not_there, {default: -5}]
+      top_k: num_experts_per_tok
+      intermediate_size: moe_intermediate_size
+      hidden_size: hidden_size
+"""
+
+
+def test_validate_refuses_the_literal_default_that_extract_refuses(capsys, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(NEGATIVE_DEFAULT)
+    expected = (
+        f"{path}, line 6: entry 'qwen3_moe', field 'params.num_experts[1].default': "
+        "expected an integer >= 1, got -5"
+    )
+    code, out, err = run(capsys, "validate", path)
+    assert code == 1
+    assert err.splitlines()[0] == expected
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--mappings", path)
+    assert (code, out) == (1, "")
+    assert err == f"Error: {expected}\n"

@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from moetune.commands.options import ListParam, device_name_option, mappings_options
+from moetune.commands.options import (
+    ListParam,
+    allow_huge_shape_option,
+    device_name_option,
+    mappings_options,
+)
 from moetune.extract.filenames import DTYPE_CHOICES, VLLM_SEARCH_PATH
 
 if TYPE_CHECKING:
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
     default=None,
     help="Hub revision (branch, tag or commit); skips the bundled snapshot.",
 )
+@allow_huge_shape_option
 @mappings_options
 @click.option("--json", "json_", is_flag=True, help="Print JSON for scripts instead of tables.")
 def extract(
@@ -64,6 +70,7 @@ def extract(
     dtype: str,
     device_name: str | None,
     revision: str | None,
+    allow_huge_shape: bool,
     mappings: str | None,
     replace_mappings: bool,
     json_: bool,
@@ -98,6 +105,7 @@ def extract(
         revision=revision,
         mappings=mappings,
         replace_mappings=replace_mappings,
+        allow_huge_shape=allow_huge_shape,
     )
     if json_:
         click.echo(json.dumps(report.to_dict(), indent=2))

@@ -59,6 +59,18 @@ def device_name_option(command: Callable) -> Callable:
     return click.option("--device-name", callback=check_device_name, help=DEVICE_NAME_HELP)(command)
 
 
+def allow_huge_shape_option(command: Callable) -> Callable:
+    """Decorate a click command with --allow-huge-shape (lifts the size bounds of extraction)."""
+    return click.option(
+        "--allow-huge-shape",
+        is_flag=True,
+        help="Accept a MoE shape above the size bounds (the `maximum` of each parameter in "
+        "moe_mappings.yaml, above every released model). Without it such a value is refused: "
+        "it is almost always a wrong field or a typo, and tuning it would run for minutes "
+        "before failing.",
+    )(command)
+
+
 class ListParam(click.ParamType):
     """Comma-separated values of `item` (a layout sweep), or exactly one where lists make no sense.
 
@@ -93,7 +105,7 @@ class ListParam(click.ParamType):
 
 def model_options(command: Callable | None = None, *, sweep: bool = False) -> Callable:
     """Decorate a click command with --model, --revision, --tp, --ep, --ep-size, --dtype,
-    --device-name, --mappings and --replace-mappings.
+    --device-name, --allow-huge-shape, --mappings and --replace-mappings.
 
     With ``sweep=True`` (`moetune tune`), --tp, --ep-size and --dtype take
     comma-separated lists and arrive as tuples; elsewhere they take one value.
@@ -149,6 +161,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
             "scales (int8_w8a8 always is).",
         ),
         device_name_option,
+        allow_huge_shape_option,
     ]
     for option in reversed(options):
         command = option(command)
@@ -249,6 +262,7 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         revision=options.get("revision"),
         mappings=options.get("mappings"),
         replace_mappings=options.get("replace_mappings", False),
+        allow_huge_shape=options.get("allow_huge_shape", False),
     )
     kernel = report.kernel_dtype
     refusal = kernel.tune_refusal()

@@ -174,6 +174,7 @@ def tune(
         revision=model.get("revision"),
         mappings=model.get("mappings"),
         replace_mappings=bool(model.get("replace_mappings")),
+        allow_huge_shape=bool(model.get("allow_huge_shape")),
     )
     devices = machine.devices if not gpus else tuple(g.strip() for g in gpus.split(","))
     engines = ("vllm", "sglang") if engine == "both" else (engine,)

@@ -8,7 +8,9 @@ one line naming the file, the line, the entry and the field.
 
 A user's file (`--mappings FILE` or `$MOETUNE_MAPPINGS`) is merged over the
 built-in one (its entries come first; an entry with the same name replaces the
-built-in one) or, with `replace=True`, used alone.
+built-in one) or, with `replace=True`, used alone. The value rules (`parameters`,
+see `moetune.extract.rules`) always come from the built-in file: a user's file
+may repeat them but not change them.
 
 A mappings file is plain YAML without anchors or aliases (an alias can expand
 a small file into billions of nodes), UTF-8 encoded.
@@ -30,6 +32,7 @@ import yaml
 
 from moetune.errors import InvalidMappingsError, UnknownArchitectureError
 from moetune.extract.paths import parse_path
+from moetune.extract.rules import Rule, show, value_problem
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +97,11 @@ class MappingEntry:
 
 @dataclass(frozen=True)
 class Registry:
-    """All entries in priority order (user entries first, the fallback last)."""
+    """All entries in priority order (user entries first, the fallback last), and the value rules."""
 
     entries: tuple[MappingEntry, ...]
     source_files: tuple[str, ...] = ()
+    rules: dict[str, Rule] = field(default_factory=lambda: builtin_rules())
 
     def names(self) -> list[str]:
         return [entry.name for entry in self.entries]
@@ -218,6 +222,7 @@ class MappingsFile:
     path: str
     entries: tuple[MappingEntry, ...]
     common_params: dict[str, tuple[Alternative, ...]] = field(default_factory=dict)
+    rules: dict[str, Rule] = field(default_factory=dict)
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -402,13 +407,71 @@ def _warn_unknown(path: str, where: str, keys: Any, known: tuple[str, ...], what
             )
 
 
-def _parse(path: str, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
-    """Entries from a schema-valid document, plus semantic problems."""
+def _is_builtin(path: str) -> bool:
+    try:
+        return Path(path).resolve() == builtin_mappings_path().resolve()
+    except OSError:
+        return False
+
+
+def _rules(path: str, node: Any, data: dict[str, Any]) -> tuple[dict[str, Rule], list[str]]:
+    """The value rules: the built-in file's own, else the built-in ones (a user's file may only
+    repeat them)."""
+    declared = data.get("parameters")
+    if _is_builtin(path):
+        rules = dict(declared or {})
+        absent = [name for name in _schema_properties("params") if name not in rules]
+        if absent:
+            where = _where(path, _line_of(node, ["parameters"]), data, ["parameters"])
+            return rules, [f"{where}: no value rule for {', '.join(absent)}"]
+        return rules, []
+    rules = builtin_rules()
+    changed = [name for name, rule in (declared or {}).items() if rules.get(name) != rule]
+    if not changed:
+        return rules, []
+    where = _where(
+        path, _line_of(node, ["parameters", changed[0]]), data, ["parameters", changed[0]]
+    )
+    return rules, [
+        f"{where}: the value rules are moetune's own and a mappings file cannot change them "
+        "(a shape above a size bound takes --allow-huge-shape); remove 'parameters'"
+    ]
+
+
+def _literal_problems(
+    path: str, node: Any, data: dict[str, Any], rules: dict[str, Rule]
+) -> list[tuple[int, str]]:
+    """Each `{default: ...}` literal that breaks its parameter's value rule (what extract refuses)."""
+    blocks = [(["common_params"], data.get("common_params") or {})]
+    blocks += [(["entries", i, "params"], raw["params"]) for i, raw in enumerate(data["entries"])]
     problems = []
+    for prefix, params in blocks:
+        for name, value in params.items():
+            if name not in rules:
+                continue
+            listed = isinstance(value, list)
+            for index, alternative in enumerate(value if listed else [value]):
+                if not isinstance(alternative, dict):
+                    continue
+                problem = value_problem(rules[name], alternative["default"])
+                if problem is None:
+                    continue
+                location = [*prefix, name, *([index] if listed else []), "default"]
+                line = _line_of(node, location)
+                where = _where(path, line, data, location)
+                got = show(alternative["default"])
+                problems.append((line or 0, f"{where}: expected {problem.expected}, got {got}"))
+    return problems
+
+
+def _parse(path: str, node: Any, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
+    """Entries from a schema-valid document, plus semantic problems."""
     entry_keys = _schema_properties("entry")
     param_names = _schema_properties("params")
     _warn_unknown(path, "top level", data, _schema_properties(), "key")
     _warn_unknown(path, "common_params", data.get("common_params") or {}, param_names, "parameter")
+    rules, problems = _rules(path, node, data)
+    problems += [message for _, message in sorted(_literal_problems(path, node, data, rules))]
     entries = []
     seen: set[str] = set()
     for raw in data["entries"]:
@@ -436,7 +499,8 @@ def _parse(path: str, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
     if len(fallbacks) > 1:
         problems.append(f"{path}: more than one fallback entry ({', '.join(fallbacks)})")
     common = _params(data.get("common_params") or {})
-    return MappingsFile(path=path, entries=tuple(entries), common_params=common), problems
+    mappings = MappingsFile(path=path, entries=tuple(entries), common_params=common, rules=rules)
+    return mappings, problems
 
 
 def _check(path: str) -> tuple[MappingsFile | None, list[str]]:
@@ -447,9 +511,20 @@ def _check(path: str) -> tuple[MappingsFile | None, list[str]]:
         problems = _schema_problems(path, node, data)
         if problems:
             return None, problems
-        return _parse(path, data)
+        return _parse(path, node, data)
     except RecursionError:
         return None, [f"{path}: nested too deeply to be a mappings file"]
+
+
+@lru_cache(maxsize=1)
+def _builtin_file() -> MappingsFile:
+    """The built-in moe_mappings.yaml, read and validated once per process."""
+    return load_mappings_file(builtin_mappings_path())
+
+
+def builtin_rules() -> dict[str, Rule]:
+    """The value rule of each parameter, from the built-in moe_mappings.yaml."""
+    return _builtin_file().rules
 
 
 def validate_file(path: str | os.PathLike[str]) -> list[str]:
@@ -482,7 +557,7 @@ def load_registry(
         user_path = os.environ.get(ENV_VAR) or None
     files = []
     if not (replace and user_path is not None):
-        files.append(load_mappings_file(builtin_mappings_path()))
+        files.append(_builtin_file())
     if user_path is not None:
         files.append(load_mappings_file(user_path))
     common: dict[str, tuple[Alternative, ...]] = {}
@@ -497,4 +572,5 @@ def load_registry(
     return Registry(
         entries=tuple(_with_common(entry, common) for entry in entries),
         source_files=tuple(mappings.path for mappings in files),
+        rules=builtin_rules(),
     )
