@@ -284,3 +284,22 @@ def test_validate_refuses_the_literal_default_that_extract_refuses(capsys, tmp_p
     code, out, err = run(capsys, "extract", "--model", QWEN3, "--mappings", path)
     assert (code, out) == (1, "")
     assert err == f"Error: {expected}\n"
+
+
+def test_unknown_common_param_is_ignored_with_a_warning_not_a_crash(capsys, caplog, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\ncommon_params:\n  d&a type: [torch_dtype, dtype]\nentries: []\n")
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--mappings", path, "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["num_experts"] == 128
+    assert "common_params: unknown parameter 'd&a type' ignored" in caplog.text
+
+
+def test_unknown_architecture_with_control_characters_is_printed_escaped(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"architectures": ["Evil\x1b[2J"], "model_type": "x\x1ey"}))
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    assert not any(ord(char) < 32 for char in err.removesuffix("\n")), repr(err)
+    assert 'architectures: ["Evil\\u001b[2J"], model_types: ["x\\u001ey"]' in err
+    assert "{name: x_y, " in err

@@ -23,6 +23,7 @@ import difflib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -175,15 +176,20 @@ def unknown_architecture_message(
             close += [c for c in difflib.get_close_matches(name, known, n=3) if c not in close]
     if close:
         message += f"; close matches: {', '.join(close)}"
-    name = (model_type or architecture or "my_moe").lower().replace("-", "_")
+    name = re.sub(r"[^a-z0-9_.]", "_", (model_type or architecture or "").lower()) or "my_moe"
     keys = []
     if architecture:
-        keys.append(f"architectures: [{architecture}]")
+        keys.append(f"architectures: [{_flow_scalar(architecture)}]")
     if model_type:
-        keys.append(f"model_types: [{model_type}]")
+        keys.append(f"model_types: [{_flow_scalar(model_type)}]")
     params = ", ".join(f"{p}: {(found or {}).get(p, '<path>')}" for p in REQUIRED_PARAMS)
     entry = f"{{name: {name}, {', '.join(keys)}, params: {{{params}}}}}"
     return f"{message}; add an entry to moe_mappings.yaml (or a --mappings file): {entry}"
+
+
+def _flow_scalar(text: str) -> str:
+    """`text` as a YAML flow scalar: plain when it is a simple name, else a quoted JSON string."""
+    return text if re.fullmatch(r"[A-Za-z0-9_.-]+", text) else json.dumps(text)
 
 
 def builtin_mappings_path() -> Path:
@@ -498,7 +504,11 @@ def _parse(path: str, node: Any, data: dict[str, Any]) -> tuple[MappingsFile, li
     fallbacks = [entry.name for entry in entries if entry.fallback]
     if len(fallbacks) > 1:
         problems.append(f"{path}: more than one fallback entry ({', '.join(fallbacks)})")
-    common = _params(data.get("common_params") or {})
+    common = {
+        key: paths
+        for key, paths in _params(data.get("common_params") or {}).items()
+        if key in param_names
+    }
     mappings = MappingsFile(path=path, entries=tuple(entries), common_params=common, rules=rules)
     return mappings, problems
 
