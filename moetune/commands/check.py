@@ -96,6 +96,7 @@ def check(
         revision=model.get("revision"),
         mappings=model.get("mappings"),
         replace_mappings=model.get("replace_mappings", False),
+        allow_huge_shape=model.get("allow_huge_shape", False),
     )
     triton_source = "--triton-version"
     if triton_version is None:

@@ -8,8 +8,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from moetune.commands.options import ListParam, mappings_options
-from moetune.commands.texts import DEVICE_NAME_HELP
+from moetune.commands.options import (
+    ListParam,
+    allow_huge_shape_option,
+    device_name_option,
+    mappings_options,
+)
 from moetune.extract.filenames import DTYPE_CHOICES, VLLM_SEARCH_PATH
 
 if TYPE_CHECKING:
@@ -49,16 +53,13 @@ if TYPE_CHECKING:
     show_default=True,
     help="Kernel dtype; auto reads the checkpoint's quantization_config.",
 )
-@click.option(
-    "--device-name",
-    default=None,
-    help=DEVICE_NAME_HELP,
-)
+@device_name_option
 @click.option(
     "--revision",
     default=None,
     help="Hub revision (branch, tag or commit); skips the bundled snapshot.",
 )
+@allow_huge_shape_option
 @mappings_options
 @click.option("--json", "json_", is_flag=True, help="Print JSON for scripts instead of tables.")
 def extract(
@@ -69,6 +70,7 @@ def extract(
     dtype: str,
     device_name: str | None,
     revision: str | None,
+    allow_huge_shape: bool,
     mappings: str | None,
     replace_mappings: bool,
     json_: bool,
@@ -103,6 +105,7 @@ def extract(
         revision=revision,
         mappings=mappings,
         replace_mappings=replace_mappings,
+        allow_huge_shape=allow_huge_shape,
     )
     if json_:
         click.echo(json.dumps(report.to_dict(), indent=2))

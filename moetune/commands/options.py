@@ -22,7 +22,11 @@ from moetune.dtypes import (
     quant_details,
 )
 from moetune.errors import TuneError
-from moetune.extract.filenames import TUNABLE_ENGINE_DTYPES
+from moetune.extract.filenames import (
+    TUNABLE_ENGINE_DTYPES,
+    device_name_error,
+    device_name_problem,
+)
 
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", *TUNABLE_ENGINE_DTYPES)
 
@@ -39,6 +43,32 @@ def mappings_options(command: Callable) -> Callable:
         type=click.Path(exists=True, dir_okay=False),
         default=None,
         help="Your own moe_mappings.yaml, merged over the built-in one. Env: MOETUNE_MAPPINGS.",
+    )(command)
+
+
+def check_device_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback of --device-name: a name that cannot go into a file name is a usage error."""
+    if value is not None:
+        problem = device_name_problem(value)
+        if problem is not None:
+            raise click.UsageError(device_name_error(value, problem), ctx)
+    return value
+
+
+def device_name_option(command: Callable) -> Callable:
+    """Decorate a click command with --device-name (checked by `check_device_name`)."""
+    return click.option("--device-name", callback=check_device_name, help=DEVICE_NAME_HELP)(command)
+
+
+def allow_huge_shape_option(command: Callable) -> Callable:
+    """Decorate a click command with --allow-huge-shape (lifts the size bounds of extraction)."""
+    return click.option(
+        "--allow-huge-shape",
+        is_flag=True,
+        help="Accept a MoE shape above the size bounds (the `maximum` of each parameter in "
+        "moe_mappings.yaml, above every released model). Without it such a value is refused: "
+        "it is almost always a wrong field or a typo, and tuning it would run for minutes "
+        "before failing.",
     )(command)
 
 
@@ -129,7 +159,7 @@ def worker_devices(gpus: tuple[str, ...] | None, machine: Any, *, dry_run: bool)
 
 def model_options(command: Callable | None = None, *, sweep: bool = False) -> Callable:
     """Decorate a click command with --model, --revision, --tp, --ep, --ep-size, --dtype,
-    --device-name, --mappings and --replace-mappings.
+    --device-name, --allow-huge-shape, --mappings and --replace-mappings.
 
     With ``sweep=True`` (`moetune tune`), --tp, --ep-size and --dtype take
     comma-separated lists and arrive as tuples; elsewhere they take one value.
@@ -184,10 +214,8 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
             help="fp8_w8a8 with per-output-channel weight scales and per-token activation "
             "scales (int8_w8a8 always is).",
         ),
-        click.option(
-            "--device-name",
-            help=DEVICE_NAME_HELP,
-        ),
+        device_name_option,
+        allow_huge_shape_option,
     ]
     for option in reversed(options):
         command = option(command)
@@ -288,6 +316,7 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         revision=options.get("revision"),
         mappings=options.get("mappings"),
         replace_mappings=options.get("replace_mappings", False),
+        allow_huge_shape=options.get("allow_huge_shape", False),
     )
     kernel = report.kernel_dtype
     refusal = kernel.tune_refusal()

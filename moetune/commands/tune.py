@@ -197,6 +197,7 @@ def tune(
         revision=model.get("revision"),
         mappings=model.get("mappings"),
         replace_mappings=bool(model.get("replace_mappings")),
+        allow_huge_shape=bool(model.get("allow_huge_shape")),
     )
     devices = worker_devices(gpus, machine, dry_run=dry_run)
     engines = ("vllm", "sglang") if engine == "both" else (engine,)

@@ -5,9 +5,12 @@ For each parameter the entry's alternatives are tried in three passes:
 2. the same paths against transformers' config-class defaults for the
    config's model_type (a field the JSON omits is what transformers would fill in);
 3. its literal `{default: ...}` values.
-A value of the wrong kind (a list where a number is expected, a string, a
-non-positive size) does not count as resolved; the error lists why each
-path was passed over.
+Every value is checked against its parameter's rule (moe_mappings.yaml's
+`parameters`, see `moetune.extract.rules`) where it is read. A value that is
+present and breaks the rule is an error naming the file, the field and the
+value: it is never passed over for a later path or a default. A null is a field
+set to nothing: later paths are still tried, transformers' defaults are not
+(transformers keeps the null too).
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from moetune.errors import (
+    ConfigSourceError,
     InvalidMappingsError,
     MissingFieldError,
     MoetuneError,
     UnknownArchitectureError,
 )
-from moetune.extract.defaults import class_defaults, transformers_version
+from moetune.extract.defaults import DEFAULTS_PATH, class_defaults, transformers_version
 from moetune.extract.mappings import (
     REQUIRED_PARAMS,
     Default,
@@ -31,63 +35,11 @@ from moetune.extract.mappings import (
     unknown_architecture_message,
 )
 from moetune.extract.paths import MISSING, parse_path, resolve, resolve_object
+from moetune.extract.rules import Rule, ValueProblem, show, value_problem
 from moetune.extract.shape import Extraction, MoEShape
 
 TRANSFORMERS_DEFAULT = "transformers default"
 LITERAL_DEFAULT = "default"
-
-
-def _positive_int(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{_kind(value)}, expected an integer"
-    return None if value > 0 else f"{value}, expected a positive integer"
-
-
-def _count(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{_kind(value)}, expected an integer"
-    return None if value >= 0 else f"{value}, expected zero or more"
-
-
-def _text(value: Any) -> str | None:
-    return None if isinstance(value, str) and value else f"{_kind(value)}, expected a string"
-
-
-def _block(value: Any) -> str | None:
-    if (
-        isinstance(value, list)
-        and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
-    ):
-        return None
-    return f"{_kind(value)}, expected a list of two positive integers"
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, list):
-        return f"a list {_preview(value)}"
-    if isinstance(value, dict):
-        return "an object"
-    return repr(value)
-
-
-def _preview(value: list[Any]) -> str:
-    text = repr(value)
-    return text if len(text) <= 30 else text[:26] + "...]"
-
-
-# What each parameter's value must look like (None: fine, else why not).
-CHECKS = {
-    "num_experts": _positive_int,
-    "top_k": _positive_int,
-    "intermediate_size": _positive_int,
-    "hidden_size": _positive_int,
-    "expert_hidden_size": _positive_int,
-    "num_shared_experts": _count,
-    "dtype": _text,
-    "quant_method": _text,
-    "weight_block_size": _block,
-}
 
 
 @dataclass(frozen=True)
@@ -104,42 +56,85 @@ def text_config_prefix(config: dict[str, Any], entry: MappingEntry) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """How one extraction reads values: the rules, the size bound, and what to name in errors."""
+
+    rules: dict[str, Rule]
+    allow_huge: bool
+    source: str
+    entry: MappingEntry
+
+    def problem(self, name: str, value: Any) -> ValueProblem | None:
+        return value_problem(self.rules[name], value, allow_huge=self.allow_huge)
+
+    def config_error(self, name: str, path: str, value: Any, problem: ValueProblem) -> MoetuneError:
+        """A present config value that breaks its rule: the file, the field, the value, the fix."""
+        head = f"{self.source}: {name} is {show(value)} (field {path})"
+        if problem.huge:
+            return MoetuneError(
+                f"{head}, above {problem.bound}: larger than any released "
+                "MoE layer, so most likely the wrong field or a typo; if the model really is this "
+                "large, pass --allow-huge-shape"
+            )
+        hint = f" ({problem.hint})" if problem.hint else ""
+        return ConfigSourceError(
+            f"{head}, expected {problem.expected}{hint}: fix the value, or point "
+            f"params.{name} of entry {self.entry.name!r} ({self.entry.source_file}) at the "
+            "field that holds it"
+        )
+
+
 def _resolve_param(
     name: str,
     alternatives: tuple[str | Default, ...],
     config: dict[str, Any],
     prefix: str,
     defaults: dict[str, Any] | None,
-    entry: MappingEntry,
-) -> tuple[_Resolved | None, list[str]]:
-    """The first acceptable value for one parameter, or None and what was tried."""
-    check = CHECKS[name]
+    reading: _Reading,
+) -> tuple[_Resolved | None, list[str], list[str]]:
+    """The value of one parameter, or None; also the paths tried and those set to null."""
     paths = [parse_path(alt).under(prefix) for alt in alternatives if isinstance(alt, str)]
     tried = []
     absent = []
+    nulls = []
     for path in paths:
-        value = resolve(config, path)
-        problem = check(value) if value is not MISSING else None
-        if value is not MISSING and problem is None:
-            return _Resolved(value, path), tried
-        tried.append(f"{path} ({problem})" if problem else path)
+        value = resolve(config, path, keep_null=True)
         if value is MISSING:
+            tried.append(path)
             absent.append(path)
-    if defaults is not None:
+            continue
+        if value is None:
+            tried.append(f"{path} (null)")
+            nulls.append(path)
+            continue
+        problem = reading.problem(name, value)
+        if problem is not None:
+            raise reading.config_error(name, path, value, problem)
+        return _Resolved(value, path), tried, nulls
+    if defaults is not None and not nulls:
         for path in absent:
             value = resolve(defaults, path)
-            if value is not MISSING and check(value) is None:
-                return _Resolved(value, TRANSFORMERS_DEFAULT), tried
+            if value is MISSING:
+                continue
+            problem = reading.problem(name, value)
+            if problem is not None:
+                raise MoetuneError(
+                    f"{DEFAULTS_PATH}: the transformers default {path} = {show(value)} is not a "
+                    f"valid {name} (expected {problem.expected}); regenerate the file with "
+                    "scripts/gen_transformers_defaults.py"
+                )
+            return _Resolved(value, TRANSFORMERS_DEFAULT), tried, nulls
     for alt in alternatives:
         if isinstance(alt, Default):
-            problem = check(alt.value)
+            problem = reading.problem(name, alt.value)
             if problem is not None:
                 raise InvalidMappingsError(
-                    f"{entry.source_file}: entry {entry.name!r}, field 'params.{name}': "
-                    f"default {problem}"
+                    f"{reading.entry.source_file}: entry {reading.entry.name!r}, field "
+                    f"'params.{name}': expected {problem.expected}, got {show(alt.value)}"
                 )
-            return _Resolved(alt.value, LITERAL_DEFAULT), tried
-    return None, tried
+            return _Resolved(alt.value, LITERAL_DEFAULT), tried, nulls
+    return None, tried, nulls
 
 
 def _missing_field_message(
@@ -153,19 +148,39 @@ def _missing_field_message(
     )
 
 
-def extract_shape(config: dict[str, Any], registry: Registry) -> Extraction:
-    """The MoE shape of a parsed config.json, with where each value came from."""
+def _null_field_message(name: str, tried: list[str], nulls: list[str], reading: _Reading) -> str:
+    return (
+        f"{reading.source}: {name} is null (field {nulls[0]}) and no other field of entry "
+        f"{reading.entry.name!r} holds it (tried {', '.join(tried)}): set it in config.json"
+    )
+
+
+def extract_shape(
+    config: dict[str, Any],
+    registry: Registry,
+    *,
+    source: str = "config.json",
+    allow_huge_shape: bool = False,
+) -> Extraction:
+    """The MoE shape of a parsed config.json, with where each value came from.
+
+    `source` names the file in error messages; `allow_huge_shape` lifts the
+    size bounds of the value rules (the commands' --allow-huge-shape).
+    """
     entry, guessed = registry.match(config)
     architecture, model_type = config_identity(config)
     prefix = text_config_prefix(config, entry)
     defaults = class_defaults(model_type)
+    reading = _Reading(registry.rules, allow_huge_shape, source, entry)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    missing: dict[str, list[str]] = {}
+    missing: dict[str, tuple[list[str], list[str]]] = {}
     for name, alternatives in entry.params.items():
-        resolved, tried = _resolve_param(name, alternatives, config, prefix, defaults, entry)
+        resolved, tried, nulls = _resolve_param(
+            name, alternatives, config, prefix, defaults, reading
+        )
         if resolved is None:
-            missing[name] = tried
+            missing[name] = (tried, nulls)
         else:
             values[name] = resolved.value
             sources[name] = resolved.source
@@ -176,9 +191,10 @@ def extract_shape(config: dict[str, Any], registry: Registry) -> Extraction:
             unknown_architecture_message(registry, config, found=found, missing=absent)
         )
     if absent:
-        raise MissingFieldError(
-            _missing_field_message(absent[0], missing[absent[0]], entry, architecture)
-        )
+        tried, nulls = missing[absent[0]]
+        if nulls:
+            raise MissingFieldError(_null_field_message(absent[0], tried, nulls, reading))
+        raise MissingFieldError(_missing_field_message(absent[0], tried, entry, architecture))
     if "expert_hidden_size" not in values:
         values["expert_hidden_size"] = values["hidden_size"]
         sources["expert_hidden_size"] = sources["hidden_size"]

@@ -210,10 +210,50 @@ def _auto_from_quant(
     )
 
 
+# Longer than any GPU's name, short enough that a tuned file's name stays under 255 bytes.
+MAX_DEVICE_NAME_LENGTH = 128
+
+
+def device_name_problem(device_name: str) -> str | None:
+    """Why `device_name` cannot go into a file name, or None when it can.
+
+    A device name becomes part of a file name in --save-dir and the engines'
+    folders, so it must be one plain name: not empty, no path separator, no
+    "..", no control characters, at most `MAX_DEVICE_NAME_LENGTH` characters.
+    """
+    if not device_name.strip():
+        return "is empty"
+    if "/" in device_name or "\\" in device_name:
+        return "contains a path separator"
+    if ".." in device_name:
+        return "contains '..'"
+    if any(ord(char) < 32 or ord(char) == 127 for char in device_name):
+        return "contains a control character"
+    if len(device_name) > MAX_DEVICE_NAME_LENGTH:
+        return f"is longer than {MAX_DEVICE_NAME_LENGTH} characters"
+    return None
+
+
+def device_name_error(device_name: str, problem: str, source: str = "--device-name") -> str:
+    """One line: the name, why it cannot be used, and what to pass instead."""
+    return (
+        f"{source} {device_name!r} {problem}: a GPU name becomes part of a file name; pass "
+        "the name torch.cuda.get_device_name() prints, like 'NVIDIA H200'"
+    )
+
+
+def checked_device_name(device_name: str) -> str:
+    """`device_name` itself when it can go into a file name; raises `MoetuneError` otherwise."""
+    problem = device_name_problem(device_name)
+    if problem is not None:
+        raise MoetuneError(device_name_error(device_name, problem, "device name"))
+    return device_name
+
+
 def vllm_device_name(device_name: str) -> str:
-    """The device name as vLLM writes it: each run of whitespace or ``/`` to one ``_``,
-    every H200 ``NVIDIA_H200``."""
-    name = re.sub(r"[\s/]+", "_", device_name.strip())
+    """The device name as vLLM writes it: each run of whitespace or ``/`` to one ``_``
+    (then checked: `checked_device_name`), every H200 ``NVIDIA_H200``."""
+    name = checked_device_name(re.sub(r"[\s/]+", "_", device_name.strip()))
     if "H200" in name.split("_"):
         return "NVIDIA_H200"
     return name
@@ -221,7 +261,7 @@ def vllm_device_name(device_name: str) -> str:
 
 def sglang_device_name(device_name: str) -> str:
     """torch's device name as SGLang writes it: spaces to ``_``, nothing else."""
-    return device_name.strip().replace(" ", "_")
+    return checked_device_name(device_name).strip().replace(" ", "_")
 
 
 def _block_suffix(block_shape: tuple[int, int] | list[int] | None) -> str:

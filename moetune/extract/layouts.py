@@ -123,11 +123,17 @@ def resolve_layouts(
     revision: str | None = None,
     mappings: str | None = None,
     replace_mappings: bool = False,
+    allow_huge_shape: bool = False,
 ) -> ResolvedLayouts:
     """Load `model`'s config once and shard it for each layout (see the module docstring)."""
     loaded = load_config(model, revision=revision)
     registry = load_registry(mappings, replace=replace_mappings)
-    extraction = extract_shape(loaded.config, registry)
+    extraction = extract_shape(
+        loaded.config,
+        registry,
+        source=loaded.path or loaded.description,
+        allow_huge_shape=allow_huge_shape,
+    )
     quant = detect_quantization(loaded.config)
     results = [shard_layout(extraction, layout, quant) for layout in layouts]
     return ResolvedLayouts(

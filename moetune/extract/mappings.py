@@ -8,7 +8,12 @@ one line naming the file, the line, the entry and the field.
 
 A user's file (`--mappings FILE` or `$MOETUNE_MAPPINGS`) is merged over the
 built-in one (its entries come first; an entry with the same name replaces the
-built-in one) or, with `replace=True`, used alone.
+built-in one) or, with `replace=True`, used alone. The value rules (`parameters`,
+see `moetune.extract.rules`) always come from the built-in file: a user's file
+may repeat them but not change them.
+
+A mappings file is plain YAML without anchors or aliases (an alias can expand
+a small file into billions of nodes), UTF-8 encoded.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import difflib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +33,7 @@ import yaml
 
 from moetune.errors import InvalidMappingsError, UnknownArchitectureError
 from moetune.extract.paths import parse_path
+from moetune.extract.rules import Rule, show, value_problem
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +98,11 @@ class MappingEntry:
 
 @dataclass(frozen=True)
 class Registry:
-    """All entries in priority order (user entries first, the fallback last)."""
+    """All entries in priority order (user entries first, the fallback last), and the value rules."""
 
     entries: tuple[MappingEntry, ...]
     source_files: tuple[str, ...] = ()
+    rules: dict[str, Rule] = field(default_factory=lambda: builtin_rules())
 
     def names(self) -> list[str]:
         return [entry.name for entry in self.entries]
@@ -168,15 +176,20 @@ def unknown_architecture_message(
             close += [c for c in difflib.get_close_matches(name, known, n=3) if c not in close]
     if close:
         message += f"; close matches: {', '.join(close)}"
-    name = (model_type or architecture or "my_moe").lower().replace("-", "_")
+    name = re.sub(r"[^a-z0-9_.]", "_", (model_type or architecture or "").lower()) or "my_moe"
     keys = []
     if architecture:
-        keys.append(f"architectures: [{architecture}]")
+        keys.append(f"architectures: [{_flow_scalar(architecture)}]")
     if model_type:
-        keys.append(f"model_types: [{model_type}]")
+        keys.append(f"model_types: [{_flow_scalar(model_type)}]")
     params = ", ".join(f"{p}: {(found or {}).get(p, '<path>')}" for p in REQUIRED_PARAMS)
     entry = f"{{name: {name}, {', '.join(keys)}, params: {{{params}}}}}"
     return f"{message}; add an entry to moe_mappings.yaml (or a --mappings file): {entry}"
+
+
+def _flow_scalar(text: str) -> str:
+    """`text` as a YAML flow scalar: plain when it is a simple name, else a quoted JSON string."""
+    return text if re.fullmatch(r"[A-Za-z0-9_.-]+", text) else json.dumps(text)
 
 
 def builtin_mappings_path() -> Path:
@@ -215,31 +228,67 @@ class MappingsFile:
     path: str
     entries: tuple[MappingEntry, ...]
     common_params: dict[str, tuple[Alternative, ...]] = field(default_factory=dict)
+    rules: dict[str, Rule] = field(default_factory=dict)
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _anchor_line(text: str) -> int | None:
+    """The 1-based line of the first YAML anchor or alias in `text`, or None."""
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            return event.start_mark.line + 1
+    return None
+
+
 def _read(path: str) -> tuple[Any, Any, list[str]]:
     """(YAML node tree, data, problems) of a mappings file; the node tree gives line numbers."""
+
+    def failed(problem: str) -> tuple[Any, Any, list[str]]:
+        return None, None, [problem]
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except OSError as exc:
-        return None, None, [f"{path}: cannot read mappings file ({exc.strerror or exc})"]
-    loader = _LOADER(text)
+        return failed(f"{path}: cannot read mappings file ({exc.strerror or exc})")
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return failed(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save the mappings file as UTF-8"
+        )
+    try:
+        line = _anchor_line(text)
+        if line is not None:
+            return failed(
+                f"{path}, line {line}: YAML anchors and aliases are not allowed in a mappings "
+                "file (an alias can expand without bound); write the values out"
+            )
+        loader = _LOADER(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f", line {mark.line + 1}" if mark is not None else ""
         problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        return None, None, [f"{path}{where}: malformed YAML ({problem})"]
+        return failed(f"{path}{where}: malformed YAML ({problem})")
     except yaml.YAMLError as exc:
-        return None, None, [f"{path}: malformed YAML ({exc})"]
-    finally:
-        loader.dispose()
+        return failed(f"{path}: malformed YAML ({_first_line(str(exc))})")
+    except RecursionError:
+        return failed(f"{path}: malformed YAML (nested too deeply)")
+    except ValueError as exc:  # a constructor's: an over-long integer, a bad date
+        reason = _first_line(str(exc)).split(";")[0]
+        return failed(f"{path}: malformed YAML (a value cannot be read: {reason})")
     return node, data, [f"{path}, {problem}" for problem in _duplicate_keys(node)]
 
 
@@ -249,9 +298,10 @@ def _duplicate_keys(node: Any) -> list[str]:
     if isinstance(node, yaml.MappingNode):
         seen = set()
         for key, value in node.value:
-            if key.value in seen:
+            if isinstance(key, yaml.ScalarNode) and key.value in seen:
                 problems.append(f"line {key.start_mark.line + 1}: duplicate key {key.value!r}")
-            seen.add(key.value)
+            if isinstance(key, yaml.ScalarNode):
+                seen.add(key.value)
             problems += _duplicate_keys(value)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
@@ -363,13 +413,71 @@ def _warn_unknown(path: str, where: str, keys: Any, known: tuple[str, ...], what
             )
 
 
-def _parse(path: str, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
-    """Entries from a schema-valid document, plus semantic problems."""
+def _is_builtin(path: str) -> bool:
+    try:
+        return Path(path).resolve() == builtin_mappings_path().resolve()
+    except OSError:
+        return False
+
+
+def _rules(path: str, node: Any, data: dict[str, Any]) -> tuple[dict[str, Rule], list[str]]:
+    """The value rules: the built-in file's own, else the built-in ones (a user's file may only
+    repeat them)."""
+    declared = data.get("parameters")
+    if _is_builtin(path):
+        rules = dict(declared or {})
+        absent = [name for name in _schema_properties("params") if name not in rules]
+        if absent:
+            where = _where(path, _line_of(node, ["parameters"]), data, ["parameters"])
+            return rules, [f"{where}: no value rule for {', '.join(absent)}"]
+        return rules, []
+    rules = builtin_rules()
+    changed = [name for name, rule in (declared or {}).items() if rules.get(name) != rule]
+    if not changed:
+        return rules, []
+    where = _where(
+        path, _line_of(node, ["parameters", changed[0]]), data, ["parameters", changed[0]]
+    )
+    return rules, [
+        f"{where}: the value rules are moetune's own and a mappings file cannot change them "
+        "(a shape above a size bound takes --allow-huge-shape); remove 'parameters'"
+    ]
+
+
+def _literal_problems(
+    path: str, node: Any, data: dict[str, Any], rules: dict[str, Rule]
+) -> list[tuple[int, str]]:
+    """Each `{default: ...}` literal that breaks its parameter's value rule (what extract refuses)."""
+    blocks = [(["common_params"], data.get("common_params") or {})]
+    blocks += [(["entries", i, "params"], raw["params"]) for i, raw in enumerate(data["entries"])]
     problems = []
+    for prefix, params in blocks:
+        for name, value in params.items():
+            if name not in rules:
+                continue
+            listed = isinstance(value, list)
+            for index, alternative in enumerate(value if listed else [value]):
+                if not isinstance(alternative, dict):
+                    continue
+                problem = value_problem(rules[name], alternative["default"])
+                if problem is None:
+                    continue
+                location = [*prefix, name, *([index] if listed else []), "default"]
+                line = _line_of(node, location)
+                where = _where(path, line, data, location)
+                got = show(alternative["default"])
+                problems.append((line or 0, f"{where}: expected {problem.expected}, got {got}"))
+    return problems
+
+
+def _parse(path: str, node: Any, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
+    """Entries from a schema-valid document, plus semantic problems."""
     entry_keys = _schema_properties("entry")
     param_names = _schema_properties("params")
     _warn_unknown(path, "top level", data, _schema_properties(), "key")
     _warn_unknown(path, "common_params", data.get("common_params") or {}, param_names, "parameter")
+    rules, problems = _rules(path, node, data)
+    problems += [message for _, message in sorted(_literal_problems(path, node, data, rules))]
     entries = []
     seen: set[str] = set()
     for raw in data["entries"]:
@@ -396,18 +504,37 @@ def _parse(path: str, data: dict[str, Any]) -> tuple[MappingsFile, list[str]]:
     fallbacks = [entry.name for entry in entries if entry.fallback]
     if len(fallbacks) > 1:
         problems.append(f"{path}: more than one fallback entry ({', '.join(fallbacks)})")
-    common = _params(data.get("common_params") or {})
-    return MappingsFile(path=path, entries=tuple(entries), common_params=common), problems
+    common = {
+        key: paths
+        for key, paths in _params(data.get("common_params") or {}).items()
+        if key in param_names
+    }
+    mappings = MappingsFile(path=path, entries=tuple(entries), common_params=common, rules=rules)
+    return mappings, problems
 
 
 def _check(path: str) -> tuple[MappingsFile | None, list[str]]:
     node, data, problems = _read(path)
     if problems:
         return None, problems
-    problems = _schema_problems(path, node, data)
-    if problems:
-        return None, problems
-    return _parse(path, data)
+    try:
+        problems = _schema_problems(path, node, data)
+        if problems:
+            return None, problems
+        return _parse(path, node, data)
+    except RecursionError:
+        return None, [f"{path}: nested too deeply to be a mappings file"]
+
+
+@lru_cache(maxsize=1)
+def _builtin_file() -> MappingsFile:
+    """The built-in moe_mappings.yaml, read and validated once per process."""
+    return load_mappings_file(builtin_mappings_path())
+
+
+def builtin_rules() -> dict[str, Rule]:
+    """The value rule of each parameter, from the built-in moe_mappings.yaml."""
+    return _builtin_file().rules
 
 
 def validate_file(path: str | os.PathLike[str]) -> list[str]:
@@ -440,7 +567,7 @@ def load_registry(
         user_path = os.environ.get(ENV_VAR) or None
     files = []
     if not (replace and user_path is not None):
-        files.append(load_mappings_file(builtin_mappings_path()))
+        files.append(_builtin_file())
     if user_path is not None:
         files.append(load_mappings_file(user_path))
     common: dict[str, tuple[Alternative, ...]] = {}
@@ -455,4 +582,5 @@ def load_registry(
     return Registry(
         entries=tuple(_with_common(entry, common) for entry in entries),
         source_files=tuple(mappings.path for mappings in files),
+        rules=builtin_rules(),
     )

@@ -11,7 +11,8 @@ A path names one value inside config.json:
     /torch_dtype                       a leading "/" reads from the top of config.json
                                        even when the entry declares a text config
 
-A path that does not resolve, or that resolves to null, yields `MISSING`.
+A path that does not resolve, or that resolves to null, yields `MISSING`;
+`resolve(..., keep_null=True)` tells the two apart (None for a JSON null).
 """
 
 from __future__ import annotations
@@ -76,11 +77,13 @@ def parse_path(text: str) -> Path:
     return Path(text=text, steps=tuple(steps), from_root=from_root)
 
 
-def resolve(data: Any, path: Path | str) -> Any:
+def resolve(data: Any, path: Path | str, *, keep_null: bool = False) -> Any:
     """The value `path` names in `data`, or `MISSING`.
 
     Indexing a scalar returns the scalar: checkpoints write per-layer fields
     (a per-layer `moe_topk`) either as a list or as one number for all layers.
+    A null on the way is `MISSING` too, or None with `keep_null` (the config
+    sets the field, to nothing).
     """
     parsed = parse_path(path) if isinstance(path, str) else path
     value = data
@@ -93,10 +96,10 @@ def resolve(data: Any, path: Path | str) -> Any:
             if not -len(value) <= step < len(value):
                 return MISSING
             value = value[step]
-        elif isinstance(value, dict) or value is None:
+        elif isinstance(value, dict):
             return MISSING
         if value is None:
-            return MISSING
+            return None if keep_null else MISSING
     return value
 
 

@@ -130,7 +130,7 @@ def _list(block: tuple[int, int] | None) -> list[int] | None:
 
 def resolve_device_name(device_name: str | None) -> DeviceName:
     """The user's `--device-name`, else the first GPU's (``nvidia-smi``), else the fallback."""
-    if device_name:
+    if device_name is not None:
         return DeviceName(device_name, "--device-name")
     detected = filenames.detect_device_name()
     if detected:
@@ -149,14 +149,21 @@ def build_report(
     revision: str | None = None,
     mappings: str | None = None,
     replace_mappings: bool = False,
+    allow_huge_shape: bool = False,
 ) -> ExtractReport:
     """Load `model`'s config, extract and shard its MoE shape, and name the engines' files.
 
-    Raises a `MoetuneError` subclass for every user or data problem.
+    Raises a `MoetuneError` subclass for every user or data problem; a shape
+    above the size bounds is one unless `allow_huge_shape`.
     """
     loaded = load_config(model, revision=revision)
     registry = load_registry(mappings, replace=replace_mappings)
-    extraction = extract_shape(loaded.config, registry)
+    extraction = extract_shape(
+        loaded.config,
+        registry,
+        source=loaded.path or loaded.description,
+        allow_huge_shape=allow_huge_shape,
+    )
     local = shard(extraction.shape, tp=tp, ep=ep, ep_size=ep_size)
     quant = detect_quantization(loaded.config)
     kernel_dtype = resolve_kernel_dtype(extraction.shape, dtype, quant)

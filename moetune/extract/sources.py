@@ -109,6 +109,13 @@ def read_json_file(path: Path) -> dict[str, Any]:
         raise ConfigSourceError(
             f"malformed JSON in {path} at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise ConfigSourceError(
+            f"{path}: JSON nested too deeply to read; a config.json is a few levels deep"
+        ) from None
+    except ValueError as exc:  # an integer with more digits than Python converts
+        reason = str(exc).split(";")[0]
+        raise ConfigSourceError(f"malformed JSON in {path}: {reason}") from None
     if not isinstance(data, dict):
         raise ConfigSourceError(f"{path} holds a JSON {type(data).__name__}, not a config object")
     return data

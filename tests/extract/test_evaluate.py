@@ -3,6 +3,7 @@
 import pytest
 
 from moetune.errors import (
+    ConfigSourceError,
     InvalidMappingsError,
     MissingFieldError,
     MoetuneError,
@@ -10,7 +11,13 @@ from moetune.errors import (
 )
 from moetune.extract.defaults import transformers_version
 from moetune.extract.evaluate import extract_shape
-from moetune.extract.mappings import builtin_mappings_path, load_registry
+from moetune.extract.mappings import (
+    Default,
+    MappingEntry,
+    Registry,
+    builtin_mappings_path,
+    load_registry,
+)
 
 MIXTRAL = {
     "architectures": ["MixtralForCausalLM"],
@@ -73,21 +80,52 @@ def test_field_missing_on_every_path(registry):
     )
 
 
-def test_wrong_kind_of_value_is_passed_over_and_explained(registry):
+def test_wrong_kind_of_value_is_an_error_not_passed_over(registry):
     config = {**_without(MIXTRAL, "model_type"), "intermediate_size": [14336, 14336]}
-    with pytest.raises(
-        MissingFieldError,
-        match=r"tried intermediate_size \(a list \[14336, 14336\], expected an integer\);",
-    ):
-        extract_shape(config, registry)
+    with pytest.raises(ConfigSourceError) as exc:
+        extract_shape(config, registry, source="m/config.json")
+    assert str(exc.value) == (
+        "m/config.json: intermediate_size is [14336, 14336] (field intermediate_size), "
+        "expected an integer >= 1: fix the value, or point params.intermediate_size of entry "
+        f"'mixtral' ({BUILTIN}) at the field that holds it"
+    )
     config = {**_without(MIXTRAL, "model_type"), "num_experts_per_tok": 0}
-    with pytest.raises(
-        MissingFieldError, match=r"tried num_experts_per_tok \(0, expected a positive integer\);"
-    ):
+    with pytest.raises(ConfigSourceError, match=r"top_k is 0 \(field num_experts_per_tok\), "):
         extract_shape(config, registry)
     config = {**_without(MIXTRAL, "model_type"), "num_experts_per_tok": True}
-    with pytest.raises(MissingFieldError, match=r"\(True, expected an integer\)"):
+    with pytest.raises(ConfigSourceError, match=r"top_k is true \(field num_experts_per_tok\)"):
         extract_shape(config, registry)
+
+
+def test_null_falls_through_to_later_paths_but_not_to_transformers_defaults(registry):
+    # Nemotron-H: moe_latent_size null means "no latent": the next path, hidden_size, is read
+    config = {
+        "architectures": ["NemotronHForCausalLM"],
+        "n_routed_experts": 128,
+        "num_experts_per_tok": 6,
+        "moe_intermediate_size": 1856,
+        "hidden_size": 2688,
+        "moe_latent_size": None,
+    }
+    extraction = extract_shape(config, registry)
+    assert extraction.shape.expert_hidden_size == 2688
+    assert extraction.sources["expert_hidden_size"] == "hidden_size"
+    # transformers keeps a null from config.json: its class default does not apply
+    config = {**MIXTRAL, "intermediate_size": None}
+    with pytest.raises(MissingFieldError) as exc:
+        extract_shape(config, registry)
+    assert str(exc.value) == (
+        "config.json: intermediate_size is null (field intermediate_size) and no other field of "
+        "entry 'mixtral' holds it (tried intermediate_size (null)): set it in config.json"
+    )
+
+
+def test_size_bound_is_lifted_by_allow_huge_shape(registry):
+    config = {**MIXTRAL, "num_local_experts": 5000}
+    with pytest.raises(MoetuneError, match="num_experts is 5000 .* above 4096: .*--allow-huge"):
+        extract_shape(config, registry)
+    extraction = extract_shape(config, registry, allow_huge_shape=True)
+    assert extraction.shape.num_experts == 5000
 
 
 def test_transformers_default_fills_an_omitted_field(registry):
@@ -135,10 +173,29 @@ def test_bad_literal_default_is_a_mappings_error(tmp_path):
         "      num_experts: e\n      top_k: [k, {default: two}]\n      intermediate_size: i\n      hidden_size: h\n"
     )
     with pytest.raises(InvalidMappingsError) as exc:
-        extract_shape({"architectures": ["X"], "e": 4, "i": 8, "h": 16}, load_registry(str(path)))
+        load_registry(str(path))
+    assert str(exc.value) == (
+        f"{path}, line 6: entry 'x', field 'params.top_k[1].default': "
+        'expected an integer >= 1, got "two"'
+    )
+
+
+def test_bad_literal_default_of_a_registry_built_in_code():
+    entry = MappingEntry(
+        name="x",
+        architectures=("X",),
+        params={
+            "num_experts": ("e",),
+            "top_k": ("k", Default(0)),
+            "intermediate_size": ("i",),
+            "hidden_size": ("h",),
+        },
+        source_file="code",
+    )
+    with pytest.raises(InvalidMappingsError) as exc:
+        extract_shape({"architectures": ["X"], "e": 4, "i": 8, "h": 16}, Registry((entry,)))
     assert (
-        str(exc.value)
-        == f"{path}: entry 'x', field 'params.top_k': default 'two', expected an integer"
+        str(exc.value) == "code: entry 'x', field 'params.top_k': expected an integer >= 1, got 0"
     )
 
 

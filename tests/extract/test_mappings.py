@@ -172,7 +172,7 @@ def test_unknown_keys_warn_but_load(write, caplog):
         (
             "moetune.extract.mappings",
             logging.WARNING,
-            f"{path}: top level: unknown key 'flavour' ignored (known: version, common_params, entries)",
+            f"{path}: top level: unknown key 'flavour' ignored (known: version, parameters, common_params, entries)",
         ),
         (
             "moetune.extract.mappings",

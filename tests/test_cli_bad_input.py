@@ -1,0 +1,305 @@
+"""Bad input to the commands that read a model: one line and exit 1 or 2, never a guess.
+
+Each case is an exact repro of a fault found by fault injection: a malformed
+config value silently replaced by a default, a device name that escapes the
+output folder, crashes on deep JSON or a non-UTF-8 mappings file, a YAML alias
+bomb that hangs, absurd shapes that tune for minutes, and a mappings literal
+that `validate` accepted and `extract` refused.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moetune.cli import main
+from moetune.errors import MoetuneError
+from moetune.extract import filenames
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+QWEN3 = REPO_ROOT / "moetune" / "catalog" / "Qwen__Qwen3-30B-A3B.json"
+TINY_MOE = REPO_ROOT / "tests" / "tune" / "data" / "tiny-moe"
+
+
+@pytest.fixture(autouse=True)
+def offline_no_gpu(monkeypatch, tmp_path):
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "MOETUNE_MAPPINGS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+
+
+def run(capsys, *args):
+    """Run the CLI in-process as `moetune` does; return (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main([str(arg) for arg in args])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def qwen3_with(tmp_path, **fields):
+    config = json.loads(QWEN3.read_text())
+    config.update(fields)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def error_line(err):
+    """The one `Error: ...` line of a failed command (click prints usage lines before it)."""
+    lines = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# --- 1. a malformed value is an error, not a fall-through to a default ----------
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("8", '"8"'), (0, "0"), (-1, "-1"), (8.0, "8.0"), (True, "true"), ([8], "[8]")],
+)
+def test_invalid_num_experts_is_an_error_naming_field_path_and_value(
+    capsys, tmp_path, value, shown
+):
+    path = qwen3_with(tmp_path, num_experts=value)
+    code, out, err = run(capsys, "extract", "--model", path, "--json")
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    line = error_line(err)
+    assert str(path) in line
+    assert f"num_experts is {shown}" in line
+    assert "an integer >= 1" in line
+    assert "transformers default" not in err and "E=128" not in err
+
+
+def test_integer_written_as_a_float_says_how_to_write_it(capsys, tmp_path):
+    code, _, err = run(capsys, "extract", "--model", qwen3_with(tmp_path, num_experts=8.0))
+    assert code == 1
+    assert "write 8" in error_line(err)
+
+
+def test_null_num_experts_is_not_filled_from_transformers_defaults(capsys, tmp_path):
+    # config.json's null is what transformers keeps (it does not apply its class default)
+    path = qwen3_with(tmp_path, num_experts=None)
+    code, out, err = run(capsys, "extract", "--model", path, "--json")
+    assert (code, out) == (1, "")
+    line = error_line(err)
+    assert str(path) in line and "num_experts is null" in line
+    assert "set it in config.json" in line
+
+
+def test_invalid_value_does_not_fall_through_to_a_later_path(capsys, tmp_path):
+    # qwen3_moe reads num_experts, then num_local_experts: a bad first value is not skipped
+    path = qwen3_with(tmp_path, num_experts="64", num_local_experts=64)
+    code, _, err = run(capsys, "extract", "--model", path)
+    assert code == 1
+    assert 'num_experts is "64"' in error_line(err)
+
+
+def test_valid_config_is_unchanged(capsys):
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert (report["num_experts"], report["vllm_config_file"]) == (
+        128,
+        "E=128,N=768,device_name=NVIDIA_H200.json",
+    )
+
+
+# --- 2. --device-name never becomes a path -------------------------------------
+
+
+BAD_DEVICE_NAMES = ["../../../X", "a/b", "a\\b", "..", "", "   ", "NVIDIA\x00H200", "H200\n"]
+
+
+@pytest.mark.parametrize("name", BAD_DEVICE_NAMES)
+def test_extract_refuses_a_device_name_that_is_not_a_plain_name(capsys, name):
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--device-name", name)
+    assert (code, out) == (2, "")
+    assert "--device-name" in error_line(err)
+
+
+@pytest.mark.parametrize("command", ["check", "tune", "benchmark"])
+def test_every_command_refuses_a_path_as_device_name(capsys, tmp_path, command):
+    extra = {"tune": ["--dry-run", "--save-dir", tmp_path / "out"], "benchmark": ["--dry-run"]}
+    code, _, err = run(
+        capsys, command, "--model", TINY_MOE, "--device-name", "../../../X", *extra.get(command, [])
+    )
+    assert code == 2
+    assert "--device-name" in error_line(err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_device_name_is_refused_not_replaced_by_the_fallback(capsys):
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--device-name", "")
+    assert (code, out) == (2, "")
+    assert "NVIDIA_H200" not in err
+
+
+def test_file_name_builders_refuse_a_path_too():
+    with pytest.raises(MoetuneError, match="path separator"):
+        filenames.vllm_config_filename(8, 64, "../x")
+    with pytest.raises(MoetuneError, match="path separator"):
+        filenames.sglang_config_filename(8, 64, "a/b")
+
+
+# --- 3. crashes become one line --------------------------------------------------
+
+
+def test_deeply_nested_config_json(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert str(path) in error_line(err) and "nested" in err
+
+
+def test_integer_too_long_to_read(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"num_experts": ' + "9" * 5000 + "}")
+    code, _, err = run(capsys, "extract", "--model", path)
+    assert code == 1
+    assert str(path) in error_line(err)
+
+
+def test_mappings_file_that_is_not_utf8(capsys, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_bytes(b"version: 1\nentries: []\n# caf\xe9\n")
+    code, _, err = run(capsys, "validate", path)
+    assert code == 1
+    assert f"{path}: not UTF-8 text" in err and "Traceback" not in err
+    code, _, err = run(capsys, "extract", "--model", QWEN3, "--mappings", path)
+    assert code == 1
+    assert error_line(err).startswith(f"Error: {path}: not UTF-8 text")
+
+
+# --- 4. YAML alias bombs are refused, not expanded ------------------------------
+
+BILLION_LAUGHS = (
+    'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    + "".join(
+        f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n"
+        for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + "entries: []\n"
+)
+
+
+@pytest.mark.parametrize("command", ["validate", "extract"])
+def test_yaml_alias_bomb_is_refused_at_once(tmp_path, command):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(BILLION_LAUGHS)
+    args = (
+        [str(path)] if command == "validate" else ["--model", str(QWEN3), "--mappings", str(path)]
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", command, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 1
+    assert f"{path}, line 1: YAML anchors and aliases are not allowed" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# --- 5. shapes larger than any MoE layer are refused up front --------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "shown"),
+    [
+        ({"num_experts": 1_000_000_000}, "num_experts is 1000000000"),
+        ({"hidden_size": 100_000}, "hidden_size is 100000"),
+        ({"moe_intermediate_size": 1_000_000}, "intermediate_size is 1000000"),
+    ],
+)
+def test_huge_shape_is_refused_unless_allowed(capsys, tmp_path, fields, shown):
+    path = qwen3_with(tmp_path, **fields)
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    line = error_line(err)
+    assert shown in line and "--allow-huge-shape" in line and str(path) in line
+    code, out, err = run(capsys, "extract", "--model", path, "--allow-huge-shape", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["sources"]
+
+
+def test_huge_experts_are_allowed_and_named_with_the_flag(capsys, tmp_path):
+    path = qwen3_with(tmp_path, num_experts=1_000_000_000)
+    code, out, _ = run(capsys, "extract", "--model", path, "--allow-huge-shape", "--json")
+    assert code == 0
+    assert json.loads(out)["vllm_config_file"].startswith("E=1000000000,N=768,")
+
+
+@pytest.mark.parametrize("command", ["check", "tune", "benchmark"])
+def test_every_command_that_extracts_refuses_a_huge_shape(capsys, tmp_path, command):
+    config = json.loads((TINY_MOE / "config.json").read_text())
+    config["num_local_experts"] = 1_000_000_000
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    extra = {"tune": ["--dry-run", "--save-dir", tmp_path / "out"], "benchmark": ["--dry-run"]}
+    code, _, err = run(capsys, command, "--model", tmp_path, *extra.get(command, []))
+    assert code == 1
+    assert "--allow-huge-shape" in error_line(err)
+
+
+def test_top_k_above_the_experts_is_refused(capsys, tmp_path):
+    code, _, err = run(capsys, "extract", "--model", qwen3_with(tmp_path, num_experts_per_tok=200))
+    assert code == 1
+    assert "top_k 200 (from num_experts_per_tok) is more than num_experts 128" in error_line(err)
+
+
+# --- 6. validate and extract agree on literal defaults ---------------------------
+
+NEGATIVE_DEFAULT = """\
+version: 1
+entries:
+  - name: qwen3_moe
+    architectures: [Qwen3MoeForCausalLM]
+    params:
+      num_experts: [not_there, {default: -5}]
+      top_k: num_experts_per_tok
+      intermediate_size: moe_intermediate_size
+      hidden_size: hidden_size
+"""
+
+
+def test_validate_refuses_the_literal_default_that_extract_refuses(capsys, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(NEGATIVE_DEFAULT)
+    expected = (
+        f"{path}, line 6: entry 'qwen3_moe', field 'params.num_experts[1].default': "
+        "expected an integer >= 1, got -5"
+    )
+    code, out, err = run(capsys, "validate", path)
+    assert code == 1
+    assert err.splitlines()[0] == expected
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--mappings", path)
+    assert (code, out) == (1, "")
+    assert err == f"Error: {expected}\n"
+
+
+def test_unknown_common_param_is_ignored_with_a_warning_not_a_crash(capsys, caplog, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("version: 1\ncommon_params:\n  d&a type: [torch_dtype, dtype]\nentries: []\n")
+    code, out, err = run(capsys, "extract", "--model", QWEN3, "--mappings", path, "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["num_experts"] == 128
+    assert "common_params: unknown parameter 'd&a type' ignored" in caplog.text
+
+
+def test_unknown_architecture_with_control_characters_is_printed_escaped(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"architectures": ["Evil\x1b[2J"], "model_type": "x\x1ey"}))
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    assert not any(ord(char) < 32 for char in err.removesuffix("\n")), repr(err)
+    assert 'architectures: ["Evil\\u001b[2J"], model_types: ["x\\u001ey"]' in err
+    assert "{name: x_y, " in err
