@@ -12,7 +12,7 @@ from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_CHOICES, KERNEL_HELP
 from moetune.tune.results_dir import RESULTS_ROOT
 
-SEARCHES = ("fast", "exhaustive")
+SEARCHES = ("fast", "thorough", "exhaustive")
 ENGINE_CHOICES = ("vllm", "sglang", "both")
 
 
