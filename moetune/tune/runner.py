@@ -328,13 +328,22 @@ def verify_winners(
     return verified
 
 
+STAGES = ("search", "baselines", "verify", "split", "ceilings", "files")
+
+
 def run_tune(
     plan: TunePlan,
     *,
     progress: Callable[[Measurement, bool], None] | None = None,
     backend: Backend | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> TuneSummary:
-    """Search, baseline, verify and write; see the module docstring."""
+    """Search, baseline, verify and write; see the module docstring.
+
+    `progress` is called with every measurement (and whether the store had it),
+    `stage` with each name of `STAGES` as that stage begins.
+    """
+    enter = stage or (lambda name: None)
     from moetune.tune.baselines import engine_baselines, time_baselines
     from moetune.tune.output import write_engine_files
     from moetune.tune.strategy import exhaustive_search, fast_search
@@ -363,11 +372,13 @@ def run_tune(
         def space_for(batch_size: int) -> list[Candidate]:
             return list(plan.pruning[batch_size].kept)
 
+        enter("search")
         if request.search == "exhaustive":
             found = exhaustive_search(request.batch_sizes, space_for, measurer)
         else:
             found = fast_search(request.batch_sizes, space_for, measurer, problem, plan.limits)
 
+        enter("baselines")
         baseline_us = time_baselines(
             measurer, summary.baselines, request.batch_sizes, summary.notes
         )
@@ -379,10 +390,12 @@ def run_tune(
             best = result.best
             ranking = ranked(store, context, m, best.fidelity)
             choices[m] = ranking if best in ranking else [best, *ranking]
+        enter("verify")
         verified = verify_winners(backend, problem, choices, summary.notes)
         if _split_engines(plan):
             from moetune.tune.split_search import SplitOptions, tune_split
 
+            enter("split")
             singles = {m: verified[m][0].candidate for m in request.batch_sizes}
             options = SplitOptions(up_tma=request.up_tma)
             rankings = {m: [row.candidate for row in choices[m]] for m in choices}
@@ -391,6 +404,7 @@ def run_tune(
             )
 
         if any(d is not None for d in request.devices) or request.backend == "ray":
+            enter("ceilings")
             summary.ceilings = _ceilings(backend, summary.notes)
     finally:
         if owned:
@@ -431,6 +445,7 @@ def run_tune(
             )
         )
     results = {row.batch_size: row.config for row in summary.rows}
+    enter("files")
     summary.files = list(
         write_engine_files(
             results,
