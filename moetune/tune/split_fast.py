@@ -9,18 +9,19 @@ ascending order:
 
 1. reference: the single config's up and down GEMMs timed alone (no TMA);
    their sum is what the split pair has to beat;
-2. seeds: the best `whole_seeds` whole-call configs at this batch size, the
+2. seeds: the best `whole_seeds` whole-call configs of the space, the
    previous batch size's pair, and the `model_seeds` configs the cost model
    ranks fastest for each GEMM alone; every variant (up, down, down with TMA)
    times its seeds at full fidelity. TMA candidates that the shape's TMA
    alignment rules out (`tma_rule_out`) are dropped before any compile;
-3. bound: with the best up + down found so far at each BLOCK_SIZE_M, a climb
-   is assumed to find at most `headroom` more (the most any climb found on the
-   recorded stores, see BENCHMARKS.md). If even then the pair cannot beat the
-   reference by `min_gain` (the noise of a whole-call timing), the batch size
-   stops here: the single config is written and nothing else is timed;
-4. climb: otherwise each variant steps from its best config at the two best
-   BLOCK_SIZE_Ms, one parameter one step at a time, until nothing improves;
+3. bound: with the best up + down the seeds found, a climb is assumed to find
+   at most `headroom` more. If even then the pair cannot beat the reference by
+   `min_gain` (the noise of a whole-call timing), the batch size stops here:
+   the single config is written and nothing else is timed. On the recorded
+   H200 stores the climb found nothing at all 37 batch sizes whose seeds gained
+   under 0.5 %, and up to 2 % only where they gained more (BENCHMARKS.md);
+4. climb: otherwise each variant steps from its best config at the chosen
+   BLOCK_SIZE_M, one parameter one step at a time, until nothing improves;
 5. the pair of the smallest up + down is confirmed as a whole call (by the
    caller) only when it beats the reference by `min_gain`.
 
@@ -287,7 +288,8 @@ class SeededSplitSearch:
         timings = _Timings()
         if not space:
             space = [single]
-        ranking = [c for c in ranking if c != single]
+        members = set(space)
+        ranking = [c for c in ranking if c in members and c != single]
         for variant in self._live():
             seeds = self._seeds(m, space, ranking, previous, variant[0])
             self._time(m, timings, variant, [single, *seeds])
