@@ -66,7 +66,8 @@ def split_plan_lines(options: SplitOptions, search: str = "fast") -> list[str]:
     if search == "fast":
         how = [
             "             seeded from the best whole-call configs; a batch size stops when the",
-            "             pair cannot gain 1 %; kept if faster than the single config as a whole call",
+            f"             pair cannot gain {100 * options.fast.min_gain:g} %; kept if faster than "
+            "the single config as a whole call",
         ]
     else:
         how = [
