@@ -396,7 +396,7 @@ def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, 
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(f"{label}starting", total=meter.total, status="")
+        task = progress.add_task(f"{label}tuning", total=meter.total, status="")
         counts = {"measured": 0, "stored": 0, "failed": 0}
 
         def show(description):  # noqa: ANN001, ANN202
@@ -411,13 +411,13 @@ def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, 
 
         def on_stage(name):  # noqa: ANN001, ANN202
             meter.stage(name)
-            show(name)
+            show(f"tuning: {name}")
 
         def on_measurement(m, reused):  # noqa: ANN001, ANN202
             counts["stored" if reused else "measured"] += 1
             counts["failed"] += m.status != "ok"
             meter.measured(m.kind)
-            show(f"{meter.current} M={m.batch_size}")
+            show(f"tuning: {meter.current} M={m.batch_size}")
 
         summary = run_tune(plan, progress=on_measurement, backend=backend, stage=on_stage)
         meter.finish()

@@ -77,7 +77,10 @@ SECONDS_PER_PAIR = 0.14  # one whole call with split configs (pair or single, co
 FAST_SPLIT_LONE = 14  # lone timings per GEMM variant and batch size, --search fast
 THOROUGH_SPLIT_SHARE = 0.8  # lone timings per GEMM variant / whole-search timings, thorough
 BASELINES_PER_ENGINE = 2  # its fallback config and the file it would load today
-ESTIMATE_NOTE = "H200 rates of bench/results/tune-h200.md and BENCHMARKS.md; other machines differ"
+ESTIMATE_NOTE = (
+    "an estimate from the H200 rates of bench/results/tune-h200.md and BENCHMARKS.md; "
+    "other machines differ"
+)
 
 
 def problem_of(shard: LayoutShard, quant_options: dict[str, Any] | None = None) -> TuneProblem:

@@ -195,7 +195,7 @@ def test_the_plan_line_names_every_stage(tmp_path):
     lines = sweep_lines(sweep(TINY, layouts, tmp_path, is_sweep=False))
     (line,) = [line for line in lines if line.startswith("Estimate:")]
     assert " = search <1 s + baselines <1 s + split " in line
-    assert "+ start-up/checks/files 10 s (H200 rates" in line
+    assert "+ start-up/checks/files 10 s (an estimate from the H200 rates" in line
 
 
 @pytest.mark.parametrize(
