@@ -10,8 +10,9 @@ from __future__ import annotations
 # What share of the pruned grid the fast search times (measured: BENCHMARKS.md).
 FAST_SEARCH_SHARE = "about 5-10 % of the grid"
 SEARCH_HELP = (
-    f"fast: times {FAST_SEARCH_SHARE}, within 2 % of the best (measured); "
-    "exhaustive: every candidate."
+    f"fast: times {FAST_SEARCH_SHARE}, within 2 % of the best (measured), and SGLang's "
+    "up/down split from a few seeded timings per batch size; thorough: the same, but the "
+    "split searches each GEMM as widely as the whole call; exhaustive: every candidate."
 )
 
 # Where the GPU name in the file names comes from when --device-name is not given.

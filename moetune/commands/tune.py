@@ -19,7 +19,7 @@ from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_CHOICES, KERNEL_HELP
 from moetune.tune.results_dir import RESULTS_ROOT
 
-SEARCHES = ("fast", "exhaustive")
+SEARCHES = ("fast", "thorough", "exhaustive")
 ENGINE_CHOICES = ("vllm", "sglang", "both")
 
 
@@ -391,50 +391,54 @@ def _routing_adapter(routing: str):  # noqa: ANN202
 def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, ANN202 - rich types stay lazy
     from rich.progress import (
         BarColumn,
-        MofNCompleteColumn,
         Progress,
+        TaskProgressColumn,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
 
     from moetune.tune.runner import run_tune
+    from moetune.tune.sweep import estimate
+    from moetune.tune.work_meter import WorkMeter
 
-    request = plan.request
-    kept = sum(len(report.kept) for report in plan.pruning.values())
-    # Fast search times a small share of the space; the total grows if it needs more.
-    expected = kept if request.search == "exhaustive" else max(1, kept // 8)
-    expected += len(request.batch_sizes)
+    meter = WorkMeter(estimate(plan))  # the bar counts the estimate's seconds, every stage
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TaskProgressColumn(),
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(f"{label}tuning", total=expected, status="")
+        task = progress.add_task(f"{label}tuning", total=meter.total, status="")
         counts = {"measured": 0, "stored": 0, "failed": 0}
+
+        def show(description):  # noqa: ANN001, ANN202
+            progress.update(
+                task,
+                total=meter.total,
+                completed=meter.done,
+                description=f"{label}{description}",
+                status=f"{counts['measured']} timed, {counts['stored']} from store, "
+                f"{counts['failed']} failed",
+            )
+
+        def on_stage(name):  # noqa: ANN001, ANN202
+            meter.stage(name)
+            show(f"tuning: {name}")
 
         def on_measurement(m, reused):  # noqa: ANN001, ANN202
             counts["stored" if reused else "measured"] += 1
             counts["failed"] += m.status != "ok"
-            done = counts["measured"] + counts["stored"]
-            current = progress.tasks[0]
-            if done >= (current.total or 0):
-                progress.update(task, total=done + 1)
-            progress.update(
-                task,
-                completed=done,
-                description=f"{label}tuning M={m.batch_size}",
-                status=f"{counts['stored']} from store, {counts['failed']} failed",
-            )
+            meter.measured(m.kind)
+            show(f"tuning: {meter.current} M={m.batch_size}")
 
-        summary = run_tune(plan, progress=on_measurement, backend=backend)
-        done = counts["measured"] + counts["stored"]
-        progress.update(task, total=done, description=f"{label}tuned")
+        summary = run_tune(plan, progress=on_measurement, backend=backend, stage=on_stage)
+        meter.finish()
+        show("tuned")
     return summary
 
 

@@ -156,10 +156,26 @@ def _gemm_seconds(
     return steady + fill / per_sm
 
 
+GEMMS = ("up", "down")
+
+
 def predicted_seconds(
     problem: TuneProblem, batch_size: int, candidate: Candidate, limits: DeviceLimits
 ) -> float:
     """Modelled time of both GEMMs of one fused call (seconds)."""
+    return sum(predicted_gemm_seconds(problem, batch_size, candidate, limits, g) for g in GEMMS)
+
+
+def predicted_gemm_seconds(
+    problem: TuneProblem,
+    batch_size: int,
+    candidate: Candidate,
+    limits: DeviceLimits,
+    gemm: str,
+) -> float:
+    """Modelled time of one GEMM of the call (seconds): ``"up"`` (gate/up) or ``"down"``."""
+    if gemm not in GEMMS:
+        raise ValueError(f"gemm must be one of {', '.join(GEMMS)}, got {gemm!r}")
     hit = max(expected_experts_hit(batch_size, problem.num_experts, problem.top_k), 1.0)
     tokens = batch_size * problem.top_k / hit
     dequant = problem.dtype in DEQUANT_DTYPES
@@ -183,11 +199,11 @@ def predicted_seconds(
         w_bytes=w_bytes,
         dequant=dequant,
     )
-    gate_up = _gemm_seconds(out_features=problem.w1_width, depth=problem.hidden_size, **common)
-    down = _gemm_seconds(
+    if gemm == "up":
+        return _gemm_seconds(out_features=problem.w1_width, depth=problem.hidden_size, **common)
+    return _gemm_seconds(
         out_features=problem.hidden_size, depth=problem.intermediate_size, **common
     )
-    return gate_up + down
 
 
 def rank_candidates(
@@ -195,3 +211,16 @@ def rank_candidates(
 ) -> list[Candidate]:
     """`candidates` from the model's fastest to slowest (ties keep grid order)."""
     return sorted(candidates, key=lambda c: predicted_seconds(problem, batch_size, c, limits))
+
+
+def rank_for_gemm(
+    problem: TuneProblem,
+    batch_size: int,
+    candidates: list[Candidate],
+    limits: DeviceLimits,
+    gemm: str,
+) -> list[Candidate]:
+    """`candidates` from the model's fastest to slowest for one GEMM timed alone."""
+    return sorted(
+        candidates, key=lambda c: predicted_gemm_seconds(problem, batch_size, c, limits, gemm)
+    )

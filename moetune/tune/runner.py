@@ -3,12 +3,16 @@
 plan      shape, batch sizes, candidates left after each pruning rule, the
           files it will write (pure; `--dry-run` stops after printing it)
 search    exhaustive or fast search over a `StoreMeasurer` (resumable),
-          with a progress bar on stderr
+          with a progress bar on stderr (``--search thorough`` searches the
+          whole call as fast does; it differs in the split search)
 baseline  the engines' own configs at every batch size, same harness ("full"):
           vLLM's/SGLang's fallback and the file each would load today
           (`moetune.tune.baselines`)
 verify    each winner against the PyTorch reference; a wrong one is never
           written, the next best is checked instead
+split     for SGLang's up/down tables: the up and down GEMMs searched apart,
+          a pair written only where it is faster as a whole call
+          (`moetune.tune.split_search`)
 write     the vLLM and SGLang files, atomically, schema-validated
 summary   per batch size: config, latency, speedup over each baseline,
           fraction of the roofline floor (read bandwidth and the dtype's
@@ -200,7 +204,8 @@ def _split_and_routing_lines(plan: TunePlan) -> list[str]:
     routing = problem.routing or "uniform random (fresh per replay)"
     lines = [f"Routing:     {routing}"]
     if split_engines(plan.request.engines):
-        lines.extend(split_plan_lines(SplitOptions(up_tma=plan.request.up_tma)))
+        options = SplitOptions(up_tma=plan.request.up_tma)
+        lines.extend(split_plan_lines(options, plan.request.search))
     return lines
 
 
@@ -323,13 +328,22 @@ def verify_winners(
     return verified
 
 
+STAGES = ("search", "baselines", "verify", "split", "ceilings", "files")
+
+
 def run_tune(
     plan: TunePlan,
     *,
     progress: Callable[[Measurement, bool], None] | None = None,
     backend: Backend | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> TuneSummary:
-    """Search, baseline, verify and write; see the module docstring."""
+    """Search, baseline, verify and write; see the module docstring.
+
+    `progress` is called with every measurement (and whether the store had it),
+    `stage` with each name of `STAGES` as that stage begins.
+    """
+    enter = stage or (lambda name: None)
     from moetune.tune.baselines import engine_baselines, time_baselines
     from moetune.tune.output import write_engine_files
     from moetune.tune.strategy import exhaustive_search, fast_search
@@ -359,11 +373,13 @@ def run_tune(
         def space_for(batch_size: int) -> list[Candidate]:
             return list(plan.pruning[batch_size].kept)
 
+        enter("search")
         if request.search == "exhaustive":
             found = exhaustive_search(request.batch_sizes, space_for, measurer)
         else:
             found = fast_search(request.batch_sizes, space_for, measurer, problem, plan.limits)
 
+        enter("baselines")
         baseline_us = time_baselines(
             measurer, summary.baselines, request.batch_sizes, summary.notes
         )
@@ -375,15 +391,21 @@ def run_tune(
             best = result.best
             ranking = ranked(store, context, m, best.fidelity)
             choices[m] = ranking if best in ranking else [best, *ranking]
+        enter("verify")
         verified = verify_winners(backend, problem, choices, summary.notes)
         if _split_engines(plan):
             from moetune.tune.split_search import SplitOptions, tune_split
 
+            enter("split")
             singles = {m: verified[m][0].candidate for m in request.batch_sizes}
             options = SplitOptions(up_tma=request.up_tma)
-            summary.split = tune_split(plan, measurer, backend, singles, summary.notes, options)
+            rankings = {m: [row.candidate for row in choices[m]] for m in choices}
+            summary.split = tune_split(
+                plan, measurer, backend, singles, summary.notes, options, rankings=rankings
+            )
 
         if any(d is not None for d in request.devices) or request.backend == "ray":
+            enter("ceilings")
             summary.ceilings = _ceilings(backend, summary.notes)
     finally:
         if owned:
@@ -424,6 +446,7 @@ def run_tune(
             )
         )
     results = {row.batch_size: row.config for row in summary.rows}
+    enter("files")
     summary.files = list(
         write_engine_files(
             results,
@@ -522,6 +545,8 @@ def _split_json(result: Any) -> dict[str, Any]:
         if choice is None
         else {str(bm): us for bm, us in choice.sums.items()},
         "rel_rms": result.rel_rms,
+        "stopped": result.stopped,
+        "single_up_plus_down_us": result.reference_us,
     }
 
 

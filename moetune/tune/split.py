@@ -117,6 +117,9 @@ class SplitResult:
     pair_us: float | None  # the chosen pair, same harness
     split: bool  # True: the pair is written; False: the single config in both tables
     rel_rms: float | None = None
+    stopped: str | None = None  # why the search confirmed no pair (fast search's stop rule)
+    reference_us: float | None = None  # the single config's up + down, each timed alone
+    seeded_us: float | None = None  # the fast search's best up + down before its climb
 
     @property
     def speedup(self) -> float | None:

@@ -13,6 +13,14 @@ def _short(entry: dict[str, Any]) -> str:
     return text + (" TMA" if entry.get("USE_TMA") else "")
 
 
+def _written(result: Any) -> str:
+    if result.split:
+        return f"split {result.speedup:.2f}x"
+    if result.stopped:
+        return f"single ({result.stopped})"
+    return "single"
+
+
 def split_rows(results: list[Any]) -> list[tuple[str, ...]]:
     """(M, up entry, down entry, pair us, single us, written) per batch size, as text."""
     rows = []
@@ -24,7 +32,7 @@ def split_rows(results: list[Any]) -> list[tuple[str, ...]]:
                 _short(result.down_entry()),
                 "-" if result.pair_us is None else f"{result.pair_us:.1f}",
                 "-" if result.single_us is None else f"{result.single_us:.1f}",
-                f"split {result.speedup:.2f}x" if result.split else "single",
+                _written(result),
             )
         )
     return rows

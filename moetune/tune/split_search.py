@@ -1,20 +1,28 @@
 """The split tune: up and down GEMMs searched apart, the pair confirmed as a whole call.
 
 Runs after the single-config search (whose winner is what vLLM gets), for the
-engines that read a down table (`moetune.tune.split.ENGINE_FORMATS`):
+engines that read a down table (`moetune.tune.split.ENGINE_FORMATS`). The GEMM
+variants are the up GEMM without TMA, the down GEMM without and with TMA, and
+with ``--up-tma`` the up GEMM with TMA (SGLang PR #33559). A TMA variant the
+device cannot run is recorded ``unsupported`` with the reason, and skipped.
 
-1. search each GEMM variant over the same pruned space as the single search,
-   with the same strategy (fast or exhaustive): the up GEMM without TMA, the
-   down GEMM without and with TMA, and with ``--up-tma`` the up GEMM with TMA
-   (SGLang PR #33559). A TMA variant the device cannot run is measured once,
-   recorded ``unsupported`` with the reason, and skipped;
+``--search fast`` (the default): `moetune.tune.split_fast`, a handful of lone
+timings per batch size seeded from the whole-call ranking and the cost model,
+stopped where a bound shows the pair cannot beat the single config by more
+than the noise.
+
+``--search thorough`` / ``exhaustive`` (what every run did before):
+
+1. search each variant over the same pruned space as the single search, with
+   fast search (thorough) or every candidate (exhaustive);
 2. per batch size, the fastest config of each GEMM per BLOCK_SIZE_M, all at full
    fidelity; a BLOCK_SIZE_M the other GEMM favours but this one never timed gets
    this GEMM's best config moved to it (`_fill_block_ms`);
-3. `choose_pair`: the BLOCK_SIZE_M with the smallest up + down;
-4. the pair and the single winner, each as a whole call in the same harness at
-   full fidelity; the pair is kept only when strictly faster (`decide`), and
-   only after it matched the PyTorch reference.
+3. `choose_pair`: the BLOCK_SIZE_M with the smallest up + down.
+
+Then, either way, the pair and the single winner are timed as whole calls in
+the same harness at full fidelity; the pair is kept only when strictly faster
+(`decide`), and only after it matched the PyTorch reference.
 
 Every timing goes through the `StoreMeasurer`, keyed by its `Probe`: a rerun
 reuses them all, and a probe that crashes or hangs its worker is recorded and
@@ -23,7 +31,7 @@ skipped like any candidate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +39,7 @@ from moetune.errors import TuneError
 from moetune.tune.probe import Probe
 from moetune.tune.space import Candidate
 from moetune.tune.split import SplitResult, best_per_block_m, choose_pair, decide
+from moetune.tune.split_fast import FastSplitOptions, SearchedPair
 from moetune.tune.store import Measurement
 from moetune.tune.worker import WorkUnit
 
@@ -39,6 +48,7 @@ from moetune.tune.worker import WorkUnit
 class SplitOptions:
     up_tma: bool = False  # also search the up GEMM with TMA (read by SGLang since PR #33559)
     down_tma: bool = True
+    fast: FastSplitOptions = FastSplitOptions()  # the knobs of --search fast's split search
 
 
 def variants(options: SplitOptions) -> list[tuple[str, bool]]:
@@ -51,13 +61,20 @@ def variants(options: SplitOptions) -> list[tuple[str, bool]]:
     return found
 
 
-def split_plan_lines(options: SplitOptions) -> list[str]:
+def split_plan_lines(options: SplitOptions, search: str = "fast") -> list[str]:
     names = ", ".join(f"{kind}{' TMA' if tma else ''}" for kind, tma in variants(options))
-    return [
-        f"Split:       SGLang up/down tables: GEMMs timed alone ({names}),",
-        "             best per BLOCK_SIZE_M, smallest up + down; kept if faster than the single",
-        "             config as a whole call",
-    ]
+    if search == "fast":
+        how = [
+            "             seeded from the best whole-call configs; a batch size stops when the",
+            f"             pair cannot gain {100 * options.fast.min_gain:g} %; kept if faster than "
+            "the single config as a whole call",
+        ]
+    else:
+        how = [
+            f"             {search} search per GEMM, best per BLOCK_SIZE_M, smallest up + down;",
+            "             kept if faster than the single config as a whole call",
+        ]
+    return [f"Split:       SGLang up/down tables: GEMMs timed alone ({names}),", *how]
 
 
 class ProbeMeasurer:
@@ -115,11 +132,49 @@ def tune_split(
     notes: list[str],
     options: SplitOptions | None = None,
     search: Callable[..., Any] | None = None,
+    rankings: Mapping[int, Sequence[Candidate]] | None = None,
 ) -> list[SplitResult]:
-    """Steps 1-4 of the module docstring; one `SplitResult` per batch size."""
+    """One `SplitResult` per batch size (module docstring).
+
+    `rankings`: per batch size, the whole-call configs fastest first (the fast
+    split search's seeds; the single winner's alone when absent).
+    """
+    options = options or SplitOptions()
+    if plan.request.search == "fast":
+        searched = _seeded(plan, measurer, singles, rankings or {}, notes, options)
+    else:
+        searched = _thorough(plan, measurer, singles, notes, options, search)
+    return _confirm(plan, measurer, backend, singles, searched, notes)
+
+
+def _seeded(
+    plan: Any,
+    measurer: Any,
+    singles: dict[int, Candidate],
+    rankings: Mapping[int, Sequence[Candidate]],
+    notes: list[str],
+    options: SplitOptions,
+) -> dict[int, SearchedPair]:
+    from moetune.tune.split_fast import SeededSplitSearch
+
+    search = SeededSplitSearch(
+        measurer.measure, plan.problem, plan.limits, variants(options), options.fast, notes
+    )
+    batch_sizes = list(plan.request.batch_sizes)
+    return search.run(batch_sizes, lambda m: list(plan.pruning[m].kept), singles, rankings)
+
+
+def _thorough(
+    plan: Any,
+    measurer: Any,
+    singles: dict[int, Candidate],
+    notes: list[str],
+    options: SplitOptions,
+    search: Callable[..., Any] | None,
+) -> dict[int, SearchedPair]:
+    """Steps 1-3 of the thorough search (module docstring)."""
     from moetune.tune.strategy import exhaustive_search, fast_search
 
-    options = options or SplitOptions()
     request, problem = plan.request, plan.problem
     batch_sizes = list(request.batch_sizes)
 
@@ -144,8 +199,7 @@ def tune_split(
             notes.append(f"{kind} GEMM{' with TMA' if tma else ''} search gave up: {exc}")
         adapters[(kind, tma)] = adapter
 
-    results: list[SplitResult] = []
-    confirm: dict[int, tuple[Probe | None, Any]] = {}
+    searched: dict[int, SearchedPair] = {}
     for m in batch_sizes:
         kept = set(space_for(m))
         rows = {key: [r for r in a.seen if r.batch_size == m] for key, a in adapters.items()}
@@ -162,11 +216,32 @@ def tune_split(
                         continue
                 timings[kind].append((probe, row.latency_us))
         choice = choose_pair(best_per_block_m(timings["up"]), best_per_block_m(timings["down"]))
-        confirm[m] = (choice.pair() if choice is not None else None, choice)
+        searched[m] = SearchedPair(m, choice, None)
+    return searched
 
+
+def _confirm(
+    plan: Any,
+    measurer: Any,
+    backend: Any,
+    singles: dict[int, Candidate],
+    searched: dict[int, SearchedPair],
+    notes: list[str],
+) -> list[SplitResult]:
+    """Time each pair the search kept against the single config as whole calls; verify winners."""
+    batch_sizes = list(plan.request.batch_sizes)
+    confirm = {
+        m: searched[m].choice.pair()
+        if searched[m].stopped is None and searched[m].choice is not None
+        else None
+        for m in batch_sizes
+    }
     verdicts: dict[int, tuple[float | None, float | None]] = {}
     for m in batch_sizes:
-        pair, _ = confirm[m]
+        pair = confirm[m]
+        if searched[m].stopped is not None:
+            verdicts[m] = (None, None)  # nothing to confirm: the single config is written
+            continue
         single = Probe.single(singles[m])
         wanted = [single] + ([pair] if pair is not None else [])
         got = measurer.measure(m, wanted, "full")
@@ -180,19 +255,28 @@ def tune_split(
         verdicts[m] = (pair_us, single_us)
 
     candidates = {
-        m: confirm[m][0]
-        for m in batch_sizes
-        if confirm[m][0] is not None
-        and confirm[m][0] != Probe.single(singles[m])
-        and decide(*verdicts[m])
+        m: pair
+        for m, pair in confirm.items()
+        if pair is not None and pair != Probe.single(singles[m]) and decide(*verdicts[m])
     }
-    checked = _verify(backend, problem, candidates, notes)
+    checked = _verify(backend, plan.problem, candidates, notes)
+    results: list[SplitResult] = []
     for m in batch_sizes:
-        pair, choice = confirm[m]
         pair_us, single_us = verdicts[m]
-        split = m in checked
+        found = searched[m]
         results.append(
-            SplitResult(m, singles[m], single_us, choice, pair_us, split, checked.get(m))
+            SplitResult(
+                m,
+                singles[m],
+                single_us,
+                found.choice,
+                pair_us,
+                m in checked,
+                checked.get(m),
+                stopped=found.stopped,
+                reference_us=found.reference_us,
+                seeded_us=found.seeded_us,
+            )
         )
     return results
 

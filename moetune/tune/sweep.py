@@ -15,15 +15,29 @@ of the same command resumes each shape where it stopped.
 turns Ctrl-C / SIGTERM into `moetune.errors.Interrupted`, whose one line says
 how many measurements are saved and where.
 
-Time estimate (`estimate`): from the H200 runs in bench/results/tune-h200.md
-(one H200, 16 CPU cores, 14 compile processes, 18 batch sizes, fast search):
-Qwen3-30B TP1 took 136 s for 2,113 timed candidates out of 20,296 pruned
-(candidate, M) pairs, Mixtral TP2 116 s for 1,873 of 14,316. That is about
-0.06 s per timed candidate (compiling overlapped) plus about 10 s per shape
-(worker start-up, default configs, verification, ceilings); fast search timed
-10-13 % of the pruned pairs. It is an estimate for an H200-class machine:
-fewer CPU cores compile slower, and a fast search that needs more rounds takes
-longer.
+Time estimate (`estimate`): every stage the run goes through, at rates measured
+on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
+
+- whole-call search: fast search timed 10-13 % of the pruned (candidate, M)
+  pairs at about 0.06 s per timing, compiling overlapped (Qwen3-30B TP1: 136 s
+  for 2,113 of 20,296; Mixtral TP2: 116 s for 1,873 of 14,316;
+  bench/results/tune-h200.md);
+- baselines: each engine's fallback config and the file it loads today, one
+  whole-call timing per batch size each, at the same rate;
+- split search (engines that read a down table, `moetune.tune.split_search`):
+  a lone-GEMM timing takes about 0.065 s and a whole call with split configs
+  (the pair confirmations) about 0.14 s (10,444 and 175 of them in the six
+  recorded H200 stores with split rows, bench/split_rates.py). ``--search fast``
+  times about 14 lone GEMMs per GEMM variant per batch size (its replay on the
+  recorded default-grid store, BENCHMARKS.md); ``--search thorough`` times each
+  variant about 0.8 times as often as the whole search timed whole calls (0.95
+  on the int8_w8a8 store, 0.62 on GLM-4.5-Air TP4: 4,217 lone rows for 2,279
+  whole ones over three variants); exhaustive times every pruned pair per variant;
+- fixed: about 10 s per shape (worker start-up, the check against the
+  reference, ceilings, files).
+
+It is an estimate for an H200-class machine: fewer CPU cores compile slower,
+and a search that needs more rounds takes longer.
 """
 
 from __future__ import annotations
@@ -56,11 +70,17 @@ from moetune.tune.signals import STOP_SIGNALS
 from moetune.tune.space import DeviceLimits
 
 # See the module docstring for where these come from.
-SECONDS_PER_TIMED = 0.06
-SECONDS_PER_SHAPE = 10.0
-FAST_SEARCH_SHARE = 0.11
+SECONDS_PER_TIMED = 0.06  # one whole-call timing (search or baseline)
+SECONDS_PER_SHAPE = 10.0  # start-up, the check against the reference, ceilings, files
+FAST_SEARCH_SHARE = 0.11  # of the pruned pairs, timed by the whole-call fast search
+SECONDS_PER_LONE = 0.065  # one lone-GEMM timing of the split search
+SECONDS_PER_PAIR = 0.14  # one whole call with split configs (pair or single, confirming)
+FAST_SPLIT_LONE = 14  # lone timings per GEMM variant and batch size, --search fast
+THOROUGH_SPLIT_SHARE = 0.8  # lone timings per GEMM variant / whole-search timings, thorough
+BASELINES_PER_ENGINE = 2  # its fallback config and the file it would load today
 ESTIMATE_NOTE = (
-    "an estimate from the H200 rates of bench/results/tune-h200.md; other machines differ"
+    "an estimate from the H200 rates of bench/results/tune-h200.md and BENCHMARKS.md; "
+    "other machines differ"
 )
 
 
@@ -104,36 +124,78 @@ def group_layouts(
 
 @dataclass(frozen=True)
 class Estimate:
+    """Expected wall time of one plan, and what it is made of."""
+
     seconds: float
     pairs: int  # (candidate, batch size) pairs left after pruning
-    timed: int  # of which the search is expected to time
-    split: bool = False  # an SGLang split tune follows, which `seconds` leaves out
+    timed: int  # whole-call timings the search is expected to take
+    split: bool = False  # an SGLang split search runs (its share is in `seconds`)
+    lone: int = 0  # lone-GEMM timings the split search is expected to take
+    stages: tuple[tuple[str, float], ...] = ()  # (stage, seconds), in the order they run
+
+    def stage_seconds(self, name: str) -> float:
+        return dict(self.stages).get(name, 0.0)
+
+
+def split_variant_count(plan: TunePlan) -> int:
+    """The GEMM variants the split search times (TMA ones the shape rules out left out)."""
+    from moetune.tune.split_fast import tma_rule_out
+    from moetune.tune.split_search import SplitOptions, variants
+
+    found = variants(SplitOptions(up_tma=plan.request.up_tma))
+    return sum(1 for kind, tma in found if not tma or tma_rule_out(plan.problem, kind) is None)
 
 
 def estimate(plan: TunePlan) -> Estimate:
-    """Expected wall time of one plan on an H200-class machine (module docstring).
-
-    The SGLang split tune (`moetune.tune.split_search`, engines that read a
-    down table) has no H200 timing yet, so it is flagged, not guessed.
-    """
+    """Expected wall time of one plan on an H200-class machine (module docstring)."""
     from moetune.tune.split import split_engines
 
+    request = plan.request
+    batch_sizes = len(request.batch_sizes)
     pairs = sum(len(report.kept) for report in plan.pruning.values())
-    share = 1.0 if plan.request.search == "exhaustive" else FAST_SEARCH_SHARE
-    timed = math.ceil(pairs * share) + len(plan.request.batch_sizes)  # + the default configs
-    split = bool(split_engines(plan.request.engines))
-    return Estimate(SECONDS_PER_SHAPE + SECONDS_PER_TIMED * timed, pairs, timed, split)
+    exhaustive = request.search == "exhaustive"
+    timed = pairs if exhaustive else math.ceil(pairs * FAST_SEARCH_SHARE)
+    baselines = BASELINES_PER_ENGINE * len(request.engines) * batch_sizes
+    split = bool(split_engines(request.engines))
+    lone = confirms = 0
+    if split:
+        gemms = split_variant_count(plan)
+        if exhaustive:
+            lone = pairs * gemms
+        elif request.search == "thorough":
+            lone = math.ceil(THOROUGH_SPLIT_SHARE * timed * gemms)
+        else:
+            lone = FAST_SPLIT_LONE * gemms * batch_sizes
+        confirms = 2 * batch_sizes  # the pair and the single config, as whole calls
+    stages = (
+        ("search", SECONDS_PER_TIMED * timed),
+        ("baselines", SECONDS_PER_TIMED * baselines),
+        ("split", SECONDS_PER_LONE * lone + SECONDS_PER_PAIR * confirms),
+        ("fixed", SECONDS_PER_SHAPE),
+    )
+    seconds = sum(value for _, value in stages)
+    return Estimate(seconds, pairs, timed, split, lone, stages)
 
 
-SPLIT_NOTE = (
-    "the SGLang split tune (--engine sglang/both) comes on top, not yet timed on an H200; "
-    "--engine vllm skips it"
-)
+STAGE_LABELS = {
+    "search": "search",
+    "baselines": "baselines",
+    "split": "split",
+    "fixed": "start-up/checks/files",
+}
 
 
-def _estimate_line(seconds: float, split: bool, suffix: str = "") -> str:
-    extra = f"; {SPLIT_NOTE}" if split else ""
-    return f"Estimate:    ~{format_duration(seconds)}{suffix} ({ESTIMATE_NOTE}{extra})"
+def _estimate_line(est: Estimate | None, seconds: float, suffix: str = "") -> str:
+    """The plan's estimate line; with `est`, its stages (those that take time) summed."""
+    parts = ""
+    if est is not None:
+        shown = [
+            f"{STAGE_LABELS[name]} {format_duration(value) if value >= 0.5 else '<1 s'}"
+            for name, value in est.stages
+            if value
+        ]
+        parts = " = " + " + ".join(shown)
+    return f"Estimate:    ~{format_duration(seconds)}{suffix}{parts} ({ESTIMATE_NOTE})"
 
 
 @dataclass(frozen=True)
@@ -285,7 +347,7 @@ def sweep_lines(sweep: SweepPlan) -> list[str]:
         lines: list[str] = []
         for plan, est in zip(sweep.plans, estimates, strict=True):
             lines += ([""] if lines else []) + plan_lines(plan)
-            lines.append(_estimate_line(est.seconds, est.split))
+            lines.append(_estimate_line(est, est.seconds))
         return lines
     reason = {s.layout: s.reason for s in sweep.skipped}
     width = max(len(layout.label()) for layout in sweep.layouts)
@@ -302,8 +364,7 @@ def sweep_lines(sweep: SweepPlan) -> list[str]:
         else:
             key = sweep.groups[index].problem.key()
             lines.append(f"  {layout.label():<{width}}  -> shape {index + 1}: {key}")
-    split = any(est.split for est in estimates)
-    lines.append(_estimate_line(sweep.estimate_s(), split, " in all"))
+    lines.append(_estimate_line(None, sweep.estimate_s(), " in all"))
     lines.append(f"Results:     {sweep.store_path} (one resumable store for every shape)")
     for index, (group, plan, est) in enumerate(
         zip(sweep.groups, sweep.plans, estimates, strict=True)
@@ -334,7 +395,8 @@ def _shape_extra(sweep: SweepPlan, index: int) -> dict[str, Any]:
         "estimate_s": round(est.seconds, 1),
         "estimate_pairs": est.pairs,
         "estimate_timed": est.timed,
-        "estimate_excludes_split": est.split,
+        "estimate_stages_s": {name: round(value, 1) for name, value in est.stages},
+        "estimate_lone": est.lone,
     }
 
 

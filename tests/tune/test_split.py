@@ -171,7 +171,7 @@ def test_vllm_has_no_down_table():
         validate_tuned_config({"1": {**ENTRY, "USE_TMA": False}}, "vllm", down=True)
 
 
-# tune_split's orchestration (fast search, filling, confirming) over a scripted GPU.
+# tune_split's orchestration (thorough search, filling, confirming) over a scripted GPU.
 
 
 class ScriptedGPU:
@@ -250,7 +250,7 @@ def split_plan(tmp_path, search="fast"):
     return make_plan(request, DeviceLimits.h200())
 
 
-@pytest.mark.parametrize("search", ["fast", "exhaustive"])
+@pytest.mark.parametrize("search", ["thorough", "exhaustive"])
 def test_tune_split_picks_the_block_m_of_the_smallest_sum_and_confirms_it(tmp_path, search):
     from moetune.tune.split_search import tune_split
 
@@ -269,7 +269,7 @@ def test_tune_split_picks_the_block_m_of_the_smallest_sum_and_confirms_it(tmp_pa
     assert sorted(m for m, _ in backend.verified) == [256, 512]
     full_pairs = [c for c in gpu.calls if c[1].kind == "pair"]
     assert all(fidelity == "full" for _, _, fidelity in full_pairs)
-    if search == "fast":  # fast search timed only part of each GEMM's 144-config space
+    if search == "thorough":  # fast search timed only part of each GEMM's 144-config space
         ups = {c[1] for c in gpu.calls if c[1].kind == "up" and c[0] == 256}
         assert len(ups) < 144
 

@@ -115,3 +115,25 @@ def test_a_split_tune_resumes_from_the_store(split_run):
         (r.split, r.up_entry(), r.down_entry()) for r in first.split
     ]
     assert len(ResultStore(plan.store_path).all()) == first.measured
+
+
+def test_the_fast_split_search_resumes_and_writes_only_pairs_faster_as_a_whole_call(tmp_path):
+    # --search fast (the default): the seeded split search, end to end on the CPU.
+    plan = make_plan(
+        split_request(tmp_path, search="fast", batch_sizes=(2,), engines=("sglang",)),
+        DeviceLimits.h200(),
+    )
+    first = run_tune(plan)
+    contents = [path.read_text() for path in first.files]
+    (result,) = first.split
+    assert result.reference_us is not None  # the single config's GEMMs, each timed alone
+    if result.stopped is not None:  # not confirmed: nothing was timed as a whole pair
+        assert result.pair_us is None and not result.split
+    elif result.split:
+        assert result.pair_us < result.single_us
+    up, down = (json.loads(text) for text in contents)
+    assert up["2"]["BLOCK_SIZE_M"] == down["2"]["BLOCK_SIZE_M"]
+    second = run_tune(plan)
+    assert second.measured == 0 and second.reused == first.measured + first.reused
+    assert [path.read_text() for path in second.files] == contents
+    assert second.split[0].stopped == result.stopped

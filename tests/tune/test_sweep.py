@@ -11,8 +11,12 @@ from moetune.tune.results_dir import default_save_dir, model_slug
 from moetune.tune.space import DEFAULT_BATCH_SIZES, DeviceLimits, default_space, load_space
 from moetune.tune.sweep import (
     FAST_SEARCH_SHARE,
+    FAST_SPLIT_LONE,
+    SECONDS_PER_LONE,
+    SECONDS_PER_PAIR,
     SECONDS_PER_SHAPE,
     SECONDS_PER_TIMED,
+    THOROUGH_SPLIT_SHARE,
     estimate,
     plan_sweep,
     sweep_json,
@@ -112,7 +116,7 @@ def test_fp8_w8a8_of_a_bf16_checkpoint_is_per_tensor(tmp_path):
     assert plan.groups[1].problem.block_shape is None
 
 
-def test_estimate_counts_pruned_pairs_at_the_h200_rates(tmp_path):
+def test_estimate_counts_every_stage_at_the_h200_rates(tmp_path):
     qwen = expand_layouts([1], dtypes=["bf16"])
     plan = sweep(
         "Qwen/Qwen3-30B-A3B",
@@ -120,20 +124,78 @@ def test_estimate_counts_pruned_pairs_at_the_h200_rates(tmp_path):
         tmp_path,
         space=default_space(),
         batch_sizes=tuple(DEFAULT_BATCH_SIZES),
+        engines=("vllm",),
     )
     (tune,) = plan.plans
     est = estimate(tune)
     pairs = sum(len(r.kept) for r in tune.pruning.values())
     assert est.pairs == pairs
-    assert est.timed == math.ceil(pairs * FAST_SEARCH_SHARE) + 18
-    assert est.seconds == pytest.approx(SECONDS_PER_SHAPE + SECONDS_PER_TIMED * est.timed)
-    assert est.split  # both engines: the SGLang split tune follows, and is flagged, not guessed
-    vllm_only = sweep(TINY, qwen, tmp_path, engines=("vllm",)).plans[0]
-    assert not estimate(vllm_only).split
+    assert est.timed == math.ceil(pairs * FAST_SEARCH_SHARE)
+    assert not est.split and est.lone == 0
+    assert dict(est.stages) == pytest.approx(
+        {
+            "search": SECONDS_PER_TIMED * est.timed,
+            "baselines": SECONDS_PER_TIMED * 2 * 18,  # vLLM's fallback and its file, per M
+            "split": 0.0,
+            "fixed": SECONDS_PER_SHAPE,
+        }
+    )
+    assert est.seconds == pytest.approx(sum(dict(est.stages).values()))
     # bench/results/tune-h200.md: this tune took 136 s on an H200.
     assert 100 < est.seconds < 170
     exhaustive = sweep(TINY, qwen, tmp_path, search="exhaustive").plans[0]
-    assert estimate(exhaustive).timed == 3 * 2 + 2
+    assert estimate(exhaustive).timed == 3 * 2
+    assert estimate(exhaustive).lone == 3 * 2 * 3  # every pair, up, down and down TMA
+
+
+def test_the_estimate_includes_the_split_search_at_its_measured_rates(tmp_path):
+    qwen = expand_layouts([1], dtypes=["bf16"])
+    full = dict(space=default_space(), batch_sizes=tuple(DEFAULT_BATCH_SIZES))
+    fast = estimate(sweep("Qwen/Qwen3-30B-A3B", qwen, tmp_path, **full).plans[0])
+    assert fast.split and fast.lone == FAST_SPLIT_LONE * 3 * 18  # up, down, down TMA
+    assert fast.stage_seconds("split") == pytest.approx(
+        SECONDS_PER_LONE * fast.lone + SECONDS_PER_PAIR * 2 * 18
+    )
+    thorough = sweep("Qwen/Qwen3-30B-A3B", qwen, tmp_path, search="thorough", **full).plans[0]
+    slow = estimate(thorough)
+    assert slow.lone == math.ceil(THOROUGH_SPLIT_SHARE * slow.timed * 3)
+    assert slow.stage_seconds("search") == fast.stage_seconds("search")  # same whole search
+    # int8_w8a8: SGLang runs no TMA, so two variants are searched.
+    int8 = expand_layouts([1], dtypes=["int8_w8a8"])
+    est = estimate(sweep("Qwen/Qwen3-30B-A3B", int8, tmp_path, **full).plans[0])
+    assert est.lone == FAST_SPLIT_LONE * 2 * 18
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "search", "wall_s"),
+    [
+        # H200 walls, fresh folders, 18 batch sizes, both engines, the old split search
+        # (shared/notes/h200-2026-12-02.md, issue 17).
+        ("zai-org/GLM-4.5-Air", 4, "thorough", 390),
+        ("Qwen/Qwen3-235B-A22B", 8, "thorough", 540),
+    ],
+)
+def test_the_estimate_lands_within_30_percent_of_recorded_walls(
+    tmp_path, model, tp, search, wall_s
+):
+    layouts = expand_layouts([tp], dtypes=["bf16"])
+    plan = sweep(
+        model,
+        layouts,
+        tmp_path,
+        space=default_space(),
+        batch_sizes=tuple(DEFAULT_BATCH_SIZES),
+        search=search,
+    ).plans[0]
+    assert abs(estimate(plan).seconds / wall_s - 1) <= 0.3
+
+
+def test_the_plan_line_names_every_stage(tmp_path):
+    layouts = expand_layouts([1], dtypes=["bf16"])
+    lines = sweep_lines(sweep(TINY, layouts, tmp_path, is_sweep=False))
+    (line,) = [line for line in lines if line.startswith("Estimate:")]
+    assert " = search <1 s + baselines <1 s + split " in line
+    assert "+ start-up/checks/files 10 s (an estimate from the H200 rates" in line
 
 
 @pytest.mark.parametrize(

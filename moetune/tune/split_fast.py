@@ -1,0 +1,339 @@
+"""The default split search: a few seeded lone-GEMM timings per batch size, and a stop rule.
+
+The single-config search has already ranked whole calls at every batch size,
+and a whole call is its up GEMM plus its down GEMM plus a small fixed cost.
+So the configs that win each GEMM alone are, nearly always, among the best
+whole-call configs (on the recorded H200 stores the chosen up config ranks in
+the top 3 of the whole-call ranking at most batch sizes). Per batch size, in
+ascending order:
+
+1. reference: the single config's up and down GEMMs timed alone (no TMA);
+   their sum is what the split pair has to beat;
+2. seeds: the best `whole_seeds` whole-call configs of the space, the
+   previous batch size's pair, and the `model_seeds` configs the cost model
+   ranks fastest for each GEMM alone; every variant (up, down, down with TMA)
+   times its seeds at full fidelity. TMA candidates that the shape's TMA
+   alignment rules out (`tma_rule_out`) are dropped before any compile;
+3. bound: with the best up + down the seeds found, a climb is assumed to find
+   at most `headroom` more. If even then the pair cannot beat the reference by
+   `min_gain` (the noise of a whole-call timing), the batch size stops here:
+   the single config is written and nothing else is timed. On the recorded
+   H200 stores the climb found nothing at all 37 batch sizes whose seeds gained
+   under 0.5 %, and up to 2 % only where they gained more (BENCHMARKS.md);
+4. climb: otherwise each variant steps from its best config at the chosen
+   BLOCK_SIZE_M, one parameter one step at a time, until nothing improves;
+5. the pair of the smallest up + down is confirmed as a whole call (by the
+   caller) only when it beats the reference by `min_gain`.
+
+Timings are answered by the caller's measurer (the results store first), so
+this search resumes and isolates faults like every other one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from moetune.errors import TuneError
+from moetune.tune.costmodel import rank_for_gemm
+from moetune.tune.probe import Probe
+from moetune.tune.space import PARAM_NAMES, Candidate, DeviceLimits, values_by_param
+from moetune.tune.split import PairChoice, best_per_block_m, choose_pair
+from moetune.tune.store import Measurement
+
+Variant = tuple[str, bool]  # (GEMM, TMA)
+
+
+@dataclass(frozen=True)
+class FastSplitOptions:
+    """Knobs of the seeded split search (see the module docstring)."""
+
+    whole_seeds: int = 4  # the best whole-call configs at this batch size
+    model_seeds: int = 2  # per GEMM, the cost model's favourites for it alone
+    min_gain: float = 0.01  # a pair must beat the single's up + down by this share
+    headroom: float = 0.005  # what a climb may add where the seeds gained little
+    max_climb_rounds: int = 4
+
+    def __post_init__(self) -> None:
+        if self.whole_seeds < 1:
+            raise TuneError("split search option whole_seeds must be at least 1")
+        for name in ("model_seeds", "max_climb_rounds"):
+            if getattr(self, name) < 0:
+                raise TuneError(f"split search option {name} must be at least 0")
+        for name in ("min_gain", "headroom"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise TuneError(f"split search option {name} must be within [0, 1)")
+
+
+@dataclass(frozen=True)
+class SearchedPair:
+    """One batch size's outcome of the split search, before the whole-call confirmation."""
+
+    batch_size: int
+    choice: PairChoice | None
+    reference_us: float | None  # the single config's up + down, each timed alone (no TMA)
+    stopped: str | None = None  # why no pair is confirmed; None: confirm `choice`
+    lone_timings: int = 0  # lone-GEMM timings this batch size asked for
+    seeded_us: float | None = None  # the best up + down after the seeds, before any climb
+
+    @property
+    def gain(self) -> float | None:
+        """1 - (best up + down) / reference: what the pair saves, timed alone."""
+        if self.choice is None or not self.reference_us:
+            return None
+        return 1.0 - self.choice.estimate_us / self.reference_us
+
+
+def _tma_operands(problem: Any, gemm: str, bm: int, bn: int, bk: int) -> list[tuple]:
+    """(name, shape, strides, element bytes, box) of each operand `gemm` reads through TMA."""
+    from moetune.roofline import ACT_BYTES, WEIGHT_BYTES
+
+    e, n, k = problem.num_experts, problem.intermediate_size, problem.hidden_size
+    w_bytes, a_bytes = WEIGHT_BYTES[problem.dtype], ACT_BYTES[problem.dtype]
+    if gemm == "up":  # w1 [E, 2N, K]; the tokens are gathered, not read through TMA
+        return [("w1", (e, 2 * n, k), (2 * n * k, k, 1), w_bytes, (1, bn, bk))]
+    # down: the sorted activation [rows, N] and w2 [E, K, N]
+    return [
+        ("A", (bm, n), (n, 1), a_bytes, (bm, bk)),
+        ("w2", (e, k, n), (k * n, n, 1), w_bytes, (1, bn, bk)),
+    ]
+
+
+def tma_rule_out(problem: Any, gemm: str, candidate: Candidate | None = None) -> str | None:
+    """Why TMA cannot run `gemm` of `problem` (with `candidate`'s boxes), or None.
+
+    Checked on the shapes alone, before anything is compiled: the quantization,
+    the 16-byte row strides of the operands read through descriptors (`candidate`
+    None: these shape rules only) and the boxes (powers of two up to 256, an
+    inner side of 16 bytes at least), `moetune.kernel.tma`'s rules.
+    """
+    from moetune.kernel.tma import SplitConfigError, check_tma_operand, check_tma_quant
+
+    quant = None if problem.dtype in ("bf16", "fp16") else problem.dtype
+    try:
+        check_tma_quant(quant, problem.block_shape)
+        tiles = (
+            (16, 16, 16)
+            if candidate is None
+            else (candidate.BLOCK_SIZE_M, candidate.BLOCK_SIZE_N, candidate.BLOCK_SIZE_K)
+        )
+        for name, shape, strides, size, box in _tma_operands(problem, gemm, *tiles):
+            if size != int(size):
+                return f"{problem.dtype} packs its {name} elements below a byte"
+            if candidate is None:
+                box = (16,) * len(box)  # a box every rule accepts
+            check_tma_operand(name, shape, strides, int(size), 0, box)
+    except SplitConfigError as exc:
+        return str(exc)
+    return None
+
+
+def step_neighbours(
+    candidate: Candidate, values: Mapping[str, list[int]], space: set[Candidate]
+) -> list[Candidate]:
+    """Members of `space` one step away along one parameter, BLOCK_SIZE_M kept."""
+    found = []
+    for name in PARAM_NAMES:
+        if name == "BLOCK_SIZE_M":
+            continue
+        options = values[name]
+        here = getattr(candidate, name)
+        if here not in options:
+            continue
+        index = options.index(here)
+        for step in (-1, 1):
+            if 0 <= index + step < len(options):
+                moved = replace(candidate, **{name: options[index + step]})
+                if moved in space:
+                    found.append(moved)
+    return found
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f} %".replace(".0 %", " %")
+
+
+MeasureFn = Callable[[int, Sequence[Probe], str], dict[Probe, Measurement]]
+
+
+@dataclass
+class _Timings:
+    """Lone-GEMM latencies of one batch size, per variant; None: it failed."""
+
+    by_variant: dict[Variant, dict[Candidate, float | None]] = field(default_factory=dict)
+    asked: int = 0
+
+    def best(self, variant: Variant) -> list[tuple[Candidate, float]]:
+        rows = self.by_variant.get(variant, {})
+        return sorted(((c, t) for c, t in rows.items() if t is not None), key=lambda r: r[1])
+
+    def choice(self) -> PairChoice | None:
+        timings: dict[str, list[tuple[Probe, float]]] = {"up": [], "down": []}
+        for (kind, tma), rows in self.by_variant.items():
+            timings[kind].extend((Probe(kind, c, tma), t) for c, t in rows.items() if t is not None)
+        return choose_pair(best_per_block_m(timings["up"]), best_per_block_m(timings["down"]))
+
+
+class SeededSplitSearch:
+    """Steps 1-5 of the module docstring over every batch size, in ascending order."""
+
+    def __init__(
+        self,
+        measure: MeasureFn,
+        problem: Any,
+        limits: DeviceLimits,
+        variants: Sequence[Variant],
+        options: FastSplitOptions | None = None,
+        notes: list[str] | None = None,
+    ) -> None:
+        self.measure_fn = measure
+        self.problem = problem
+        self.limits = limits
+        self.variants = list(variants)
+        self.options = options or FastSplitOptions()
+        self.notes = notes if notes is not None else []
+        self.dropped: dict[Variant, str] = {}  # variants given up, with the reason
+        self.supported: set[Variant] = set()  # variants that have run here
+
+    def run(
+        self,
+        batch_sizes: Sequence[int],
+        space_for: Callable[[int], list[Candidate]],
+        singles: Mapping[int, Candidate],
+        rankings: Mapping[int, Sequence[Candidate]],
+    ) -> dict[int, SearchedPair]:
+        for kind, tma in self.variants:
+            reason = tma_rule_out(self.problem, kind) if tma else None
+            if reason is not None:  # the dtype or a stride: no config can use TMA
+                self._drop((kind, tma), reason)
+        results: dict[int, SearchedPair] = {}
+        previous: SearchedPair | None = None
+        for m in sorted(batch_sizes):
+            previous = results[m] = self._one(
+                m, list(space_for(m)), singles[m], list(rankings.get(m, ())), previous
+            )
+        return {m: results[m] for m in batch_sizes}
+
+    def _drop(self, variant: Variant, reason: str) -> None:
+        if variant in self.dropped:
+            return
+        kind, tma = variant
+        self.dropped[variant] = reason
+        self.notes.append(f"{kind} GEMM{' with TMA' if tma else ''} not searched: {reason}")
+
+    def _live(self) -> list[Variant]:
+        return [v for v in self.variants if v not in self.dropped]
+
+    def _time(self, m: int, timings: _Timings, variant: Variant, wanted: list[Candidate]) -> None:
+        """Time the untimed of `wanted` as `variant` alone (full fidelity).
+
+        A TMA variant's first timing runs alone: a device without TMA answers
+        ``unsupported`` once, and the variant is dropped for every batch size.
+        """
+        if variant in self.dropped:
+            return
+        kind, tma = variant
+        rows = timings.by_variant.setdefault(variant, {})
+        todo = [c for c in dict.fromkeys(wanted) if c not in rows]
+        if tma:
+            todo = [c for c in todo if tma_rule_out(self.problem, kind, c) is None]
+        batches = [todo]
+        if tma and variant not in self.supported and todo:
+            batches = [todo[:1], todo[1:]]
+        for batch in batches:
+            if not batch or variant in self.dropped:
+                continue
+            probes = {Probe(kind, c, tma): c for c in batch}
+            got = self.measure_fn(m, list(probes), "full")
+            timings.asked += len(probes)
+            for probe, candidate in probes.items():
+                row = got.get(probe)
+                if row is not None and row.status == "unsupported" and tma:
+                    self._drop(variant, row.error or "unsupported on this device")
+                    timings.by_variant.pop(variant, None)
+                    break
+                rows[candidate] = row.latency_us if row is not None and row.ok else None
+                self.supported.add(variant)
+
+    def _seeds(
+        self,
+        m: int,
+        space: list[Candidate],
+        ranking: list[Candidate],
+        previous: SearchedPair | None,
+        kind: str,
+    ) -> list[Candidate]:
+        from moetune.tune.strategy import nearest_in_space
+
+        opts = self.options
+        seeds = list(ranking[: opts.whole_seeds])
+        if previous is not None and previous.choice is not None:
+            probe = previous.choice.up if kind == "up" else previous.choice.down
+            seeds.append(nearest_in_space(probe.candidate, space))
+        if opts.model_seeds:
+            ranked = rank_for_gemm(self.problem, m, space, self.limits, kind)
+            seeds.extend(ranked[: opts.model_seeds])
+        return list(dict.fromkeys(seeds))
+
+    def _one(
+        self,
+        m: int,
+        space: list[Candidate],
+        single: Candidate,
+        ranking: list[Candidate],
+        previous: SearchedPair | None,
+    ) -> SearchedPair:
+        opts = self.options
+        timings = _Timings()
+        if not space:
+            space = [single]
+        members = set(space)
+        ranking = [c for c in ranking if c in members and c != single]
+        for variant in self._live():
+            seeds = self._seeds(m, space, ranking, previous, variant[0])
+            self._time(m, timings, variant, [single, *seeds])
+        up_ref = timings.by_variant.get(("up", False), {}).get(single)
+        down_ref = timings.by_variant.get(("down", False), {}).get(single)
+        reference = up_ref + down_ref if up_ref is not None and down_ref is not None else None
+
+        choice = timings.choice()
+        seeded = None if choice is None else choice.estimate_us
+
+        def result(stopped: str | None) -> SearchedPair:
+            return SearchedPair(m, timings.choice(), reference, stopped, timings.asked, seeded)
+
+        if choice is None:
+            return result("no BLOCK_SIZE_M has both GEMMs timed")
+        if reference is not None:
+            bound = 1.0 - choice.estimate_us * (1.0 - opts.headroom) / reference
+            if bound < opts.min_gain:
+                return result(f"pair can gain {_pct(bound)} at most, under {_pct(opts.min_gain)}")
+        self._climb(m, space, timings)
+        choice = timings.choice()
+        if choice is None:
+            return result("no BLOCK_SIZE_M has both GEMMs timed")
+        if reference is not None:
+            gain = 1.0 - choice.estimate_us / reference
+            if gain < opts.min_gain:
+                return result(f"pair gains {_pct(gain)} alone, under {_pct(opts.min_gain)}")
+        return result(None)
+
+    def _climb(self, m: int, space: list[Candidate], timings: _Timings) -> None:
+        """Step each variant from its best config at the chosen BLOCK_SIZE_M while that helps."""
+        members = set(space)
+        values = values_by_param(space)
+        for _ in range(self.options.max_climb_rounds):
+            choice = timings.choice()
+            if choice is None:
+                return
+            asked = timings.asked
+            for variant in self._live():
+                at_block_m = [
+                    c for c, _ in timings.best(variant) if c.BLOCK_SIZE_M == choice.block_m
+                ]
+                if at_block_m:
+                    self._time(m, timings, variant, step_neighbours(at_block_m[0], values, members))
+            after = timings.choice()
+            if timings.asked == asked or after is None or after.estimate_us >= choice.estimate_us:
+                return

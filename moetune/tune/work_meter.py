@@ -1,0 +1,58 @@
+"""How far a tune has come, in the estimate's seconds: what `moetune tune`'s progress bar counts.
+
+The plan's estimate (`moetune.tune.sweep.estimate`) prices every stage: each
+whole-call, lone-GEMM and pair timing at its measured rate, and the fixed part
+(start-up, the check against the reference, ceilings, files). The meter adds
+each timing's price as it arrives and the fixed part in four equal shares: at
+the first timing (start-up done), and as the stages after the check, the
+ceilings and the files begin or the run ends. So one bar and one ETA cover the
+whole run, the stages without timings included. When a run needs more than
+the estimate, the total grows with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Stages whose time is the fixed part; each is credited as the next one begins.
+FIXED_STAGES = ("verify", "ceilings", "files")
+
+
+class WorkMeter:
+    """Estimated seconds done out of `total`; `stage` names come from `runner.STAGES`."""
+
+    def __init__(self, estimate: Any) -> None:
+        from moetune.tune.sweep import SECONDS_PER_LONE, SECONDS_PER_PAIR, SECONDS_PER_TIMED
+
+        self.total = float(estimate.seconds)
+        self.fixed_share = estimate.stage_seconds("fixed") / (len(FIXED_STAGES) + 1)
+        self.rates = {
+            "whole": SECONDS_PER_TIMED,
+            "up": SECONDS_PER_LONE,
+            "down": SECONDS_PER_LONE,
+            "pair": SECONDS_PER_PAIR,
+        }
+        self.done = 0.0
+        self.current = ""
+        self.started = False
+
+    def _add(self, seconds: float) -> None:
+        self.done += seconds
+        if self.done > self.total:
+            self.total = self.done * 1.05  # more work than estimated: the bar makes room
+
+    def measured(self, kind: str) -> None:
+        """One timing of `kind` ("whole", "up", "down" or "pair") arrived."""
+        if not self.started:
+            self.started = True
+            self._add(self.fixed_share)
+        self._add(self.rates.get(kind, self.rates["whole"]))
+
+    def stage(self, name: str) -> None:
+        """Stage `name` begins: the one before it is done."""
+        if self.current in FIXED_STAGES:
+            self._add(self.fixed_share)
+        self.current = name
+
+    def finish(self) -> None:
+        self.done = self.total

@@ -1,0 +1,57 @@
+"""The progress bar's meter: every stage counted in the estimate's seconds, one total."""
+
+import pytest
+
+from moetune.tune.sweep import (
+    SECONDS_PER_LONE,
+    SECONDS_PER_PAIR,
+    SECONDS_PER_SHAPE,
+    SECONDS_PER_TIMED,
+    Estimate,
+)
+from moetune.tune.work_meter import WorkMeter
+
+
+def est(search=6.0, split=2.0):
+    stages = (
+        ("search", search),
+        ("baselines", 0.0),
+        ("split", split),
+        ("fixed", SECONDS_PER_SHAPE),
+    )
+    return Estimate(sum(v for _, v in stages), 100, 100, True, 10, stages)
+
+
+def test_each_timing_counts_its_rate_and_the_stages_after_the_last_timing_move_the_bar():
+    meter = WorkMeter(est())
+    assert meter.total == pytest.approx(18.0) and meter.done == 0
+    meter.stage("search")
+    for _ in range(100):
+        meter.measured("whole")
+    share = SECONDS_PER_SHAPE / 4
+    assert meter.done == pytest.approx(share + 100 * SECONDS_PER_TIMED)  # + start-up's share
+    meter.stage("baselines")
+    meter.stage("verify")
+    before = meter.done
+    meter.stage("split")  # the check against the reference is done: its share
+    meter.measured("up")
+    meter.measured("down")
+    meter.measured("pair")
+    assert meter.done - before == pytest.approx(share + 2 * SECONDS_PER_LONE + SECONDS_PER_PAIR)
+    # No timing in the last stages, yet each one moves the bar (the old bar sat at N-1/N).
+    marks = []
+    for name in ("ceilings", "files"):
+        meter.stage(name)
+        marks.append(meter.done)
+    assert marks[0] == pytest.approx(before + share + 2 * SECONDS_PER_LONE + SECONDS_PER_PAIR)
+    assert marks[1] == pytest.approx(marks[0] + share)
+    meter.finish()
+    assert meter.done == meter.total == pytest.approx(18.0)
+
+
+def test_more_work_than_estimated_grows_the_total():
+    meter = WorkMeter(est(search=1.0, split=0.0))
+    for _ in range(1000):
+        meter.measured("whole")
+    assert meter.done < meter.total
+    assert meter.done == pytest.approx(SECONDS_PER_SHAPE / 4 + 1000 * SECONDS_PER_TIMED)
