@@ -43,6 +43,8 @@ def main() -> int:
     print(tune_table(HERE / "call3" / "dsv3-tp8-vllm" / "tune.json"))
     print("\n## Qwen3-30B-A3B TP1 bf16 on vLLM 0.33.0's kernel\n")
     print(tune_table(HERE / "call2" / "qwen3-tp1-vllm" / "tune.json"))
+    print("\n## Qwen3-30B-A3B TP1 bf16 for SGLang, on SGLang 0.5.23's kernel\n")
+    print(tune_table(HERE / "call4" / "qwen3-tp1-sglang" / "tune.json"))
     for name, path in (
         ("vLLM 0.33.0", HERE / "call1" / "fidelity_vllm.jsonl"),
         ("vLLM 0.33.0 (Mixtral)", HERE / "call2" / "fidelity_vllm_mixtral.jsonl"),
