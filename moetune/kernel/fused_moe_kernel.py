@@ -15,9 +15,26 @@ The tiling is vLLM's and SGLang's, so a tuned config means the same thing here a
 there: a 1-D grid of ``cdiv(EM, BLOCK_SIZE_M) * cdiv(N, BLOCK_SIZE_N)`` programs,
 swizzled in groups of ``GROUP_SIZE_M`` row-blocks for L2 reuse (Triton tutorial 03),
 one K loop of ``BLOCK_SIZE_K`` steps pipelined over ``num_stages``, ``num_warps``
-warps per program. ``BLOCK_SIZE_M`` is also the alignment padding. As in vLLM, EM is
-capped at ``num_slots * BLOCK_SIZE_M`` (every used row-block holds a slot), which
-keeps the grid small at small M whatever the alignment's static bound.
+warps per program. ``BLOCK_SIZE_M`` is also the alignment padding.
+
+The twin of vLLM 0.33's ``fused_moe_kernel``: a tuner's kernel should time what the
+engine runs, so the body follows vLLM's expression by expression (64-bit slot and
+weight-column offsets, the K mask on every load, dequantization before the routing
+weight) and is launched as vLLM launches it (`invoke_fused_moe_gemm`). For bf16/fp16,
+fp8_w8a8 per tensor, per channel and block [128, 128], int8_w8a8 per channel and
+int8_w8a16, with and without SWAP_AB and the naive assignment, it compiles to vLLM's
+SASS instruction for instruction (``bench/sass_loop.py``, sm_90a, Triton 3.6 and 3.9:
+bench/results/sass-vllm033-2026-12-02/). vLLM's launch semantics:
+
+- naive assignment (``sorted_token_ids`` None, ``NAIVE_BLOCK_ASSIGNMENT``): no
+  alignment; block ``i`` is slot ``i`` (row 0 of the block, the other rows padding),
+  of expert ``expert_ids[i]`` (the flat ``topk_ids``), EM = ``num_slots * BLOCK_SIZE_M``;
+- ``SWAP_AB`` (fp8_w8a8 on compute capability 9.0, BLOCK_SIZE_M < 64 and
+  BLOCK_SIZE_N >= 64): each tile is computed as ``W @ A.T`` and transposed after the
+  K loop, so the slots are the dot's N side and BLOCK_SIZE_M = 8 is legal there;
+- EM is ``len(sorted_token_ids)``, capped at ``rows(A) * top_k * BLOCK_SIZE_M`` when
+  A has fewer rows than BLOCK_SIZE_M (every used row-block holds a slot);
+- BLOCK_SIZE_K is clamped to the smaller side of the fp8 weight block.
 
 Arrays of one launch (``slot = token * top_k + k``; ``num_slots = M * top_k``):
 
@@ -29,7 +46,7 @@ Arrays of one launch (``slot = token * top_k + k``; ``num_slots = M * top_k``):
 | ``a_scale`` | ``[1]`` per-tensor, ``[rows, 1]`` per-token, ``[rows, cdiv(K, block_k)]`` block | fp32 | activation dequant scale (w8a8) |
 | ``w_scale`` | ``[E]`` per-tensor, ``[E, N]`` per-channel, ``[E, cdiv(N, block_n), cdiv(K, block_k)]`` block | fp32 | weight dequant scale |
 | ``topk_weights`` | ``[M, top_k]`` | fp32 | routing weight of each slot (GEMM2 only) |
-| ``sorted_token_ids`` | ``[EM]`` | int32 | slots grouped by expert; pad value ``num_slots`` |
+| ``sorted_token_ids`` | ``[EM]`` | int32 | slots grouped by expert; pad value ``num_slots``; None: naive |
 | ``expert_ids`` | ``[EM // BLOCK_SIZE_M]`` | int32 | expert of each row-block; -1: write zeros |
 | ``num_tokens_post_padded`` | ``[1]`` | int32 | used length of ``sorted_token_ids``; blocks past it exit |
 
@@ -39,7 +56,11 @@ SGLang's TMA layout (`moetune.kernel.tma`, launch flags of `invoke_fused_moe_gem
 ``len(sorted_token_ids)`` rows); ``a_desc`` reads such an A through a TMA descriptor,
 one [BLOCK_SIZE_M, BLOCK_SIZE_K] box per step at the block's sorted position; ``w_desc``
 reads the weight tile [1, BLOCK_SIZE_N, BLOCK_SIZE_K] through a descriptor. TMA
-zero-fills boxes past a tensor's edge, so those loads take no masks.
+zero-fills boxes past a tensor's edge, so those loads take no masks. These are
+constexpr branches of their own (``a_desc`` / ``w_desc`` not None, ``C_SORTED``): dead,
+and absent from the SASS, on vLLM's paths. SGLang 0.5.23's kernel differs from vLLM's
+(unmasked loads when K divides, its own transposes for swap_ab), so on SGLang's
+paths this is a correct kernel, not SGLang's SASS.
 
 Quantization paths (``quant_dtype``): None (bf16/fp16 tensor cores); ``"fp8_w8a8"``
 per-tensor (fp8 x fp8 tensor-core dot, both scales applied once at the end);
@@ -66,6 +87,7 @@ Compiled kernels never take those branches.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING
 
@@ -80,6 +102,7 @@ if TYPE_CHECKING:
 
 QUANT_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16")  # int4_w4a16: fused_moe_wna16_kernel
 EIGHT_BIT_DOT_DTYPES = ("fp8_w8a8", "int8_w8a8")  # 8-bit tensor-core dots: BLOCK_SIZE_K >= 32
+SWAP_AB_MIN_BLOCK_M = 8  # the token tile is the dot's N side when A and B are swapped
 
 
 @triton.jit
@@ -90,15 +113,12 @@ def _round_to_bf16_grid(x):
 
 
 @triton.jit
-def _store_tile(
-    c_ptr, tile, rows, row_mask, pid_n, N, stride_cm, stride_cn, BLOCK_SIZE_N: tl.constexpr
-):
-    # Built only after the K loop, from int32 row ids: the column offsets and the
-    # 64-bit output offsets are never live across the loop, where an 8-warp
-    # 128 x 256 tile already holds 128 fp32 accumulator registers per thread.
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + (rows.to(tl.int64)[:, None] * stride_cm + offs_cn[None, :] * stride_cn)
-    tl.store(c_ptrs, tile, mask=row_mask[:, None] & (offs_cn[None, :] < N))
+def _store_zeros(c_ptr, stride_cm, stride_cn, pid_n, N, rows, row_mask, BM, BN, dtype):
+    # The rows of a block routed to no local expert get zeros.
+    zeros = tl.zeros((BM, BN), dtype=dtype)
+    offs_cn = pid_n * BN + tl.arange(0, BN)
+    c_ptrs = c_ptr + stride_cm * rows[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, zeros, mask=row_mask[:, None] & (offs_cn[None, :] < N))
 
 
 @triton.jit
@@ -115,8 +135,8 @@ def fused_moe_kernel(
     sorted_token_ids_ptr,
     expert_ids_ptr,
     num_tokens_post_padded_ptr,
-    # Matrix dimensions: N out-features, K reduction, EM the length of
-    # sorted_token_ids, num_slots = M * top_k (also the padding value)
+    # Matrix dimensions: N out-features, K reduction, EM the rows of the grid,
+    # num_slots = M * top_k (also the padding value)
     N,
     K,
     EM,
@@ -125,18 +145,20 @@ def fused_moe_kernel(
     stride_am,
     stride_ak,
     stride_we,
-    stride_wn,
     stride_wk,
+    stride_wn,
     stride_cm,
     stride_cn,
     stride_asm,
     stride_ask,
     stride_wse,
-    stride_wsn,
     stride_wsk,
+    stride_wsn,
     # Quantization: the weight block shape (0 when not block-quantized)
     GROUP_N: tl.constexpr,
     GROUP_K: tl.constexpr,
+    # No alignment: block i is slot i (sorted_token_ids_ptr is None)
+    NAIVE_BLOCK_ASSIGNMENT: tl.constexpr,
     # Meta-parameters
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
@@ -146,10 +168,10 @@ def fused_moe_kernel(
     TOP_K: tl.constexpr,
     COMPUTE_TYPE: tl.constexpr,
     USE_FP8_W8A8: tl.constexpr,
-    USE_INT8_W8A16: tl.constexpr,
     USE_INT8_W8A8: tl.constexpr,
+    USE_INT8_W8A16: tl.constexpr,
     PER_CHANNEL: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    SWAP_AB: tl.constexpr,
     C_SORTED: tl.constexpr,
     INTERPRETER_BF16: tl.constexpr,
 ):
@@ -164,13 +186,17 @@ def fused_moe_kernel(
     pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
     pid_n = (pid % num_pid_in_group) // group_size_m
 
+    offs = tl.arange(0, BLOCK_SIZE_M).to(tl.int64)
     num_tokens_post_padded = tl.load(num_tokens_post_padded_ptr)
     if pid_m * BLOCK_SIZE_M >= num_tokens_post_padded:
         return
-
-    offs_token_id = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M).to(tl.int64)
-    # Slot ids stay int32 (they are < M * top_k): they are live across the K loop.
-    offs_token = tl.load(sorted_token_ids_ptr + offs_token_id)
+    if not NAIVE_BLOCK_ASSIGNMENT:
+        offs_token_id = pid_m * BLOCK_SIZE_M + offs
+        offs_token = tl.load(sorted_token_ids_ptr + offs_token_id)
+    else:
+        # One slot per block: row 0 is slot pid_m, the other rows are padding.
+        offs_token = tl.where(offs == 0, pid_m, num_slots)
+    offs_token = offs_token.to(tl.int64)
     token_mask = offs_token < num_slots
     # C_SORTED: the output row is the sorted position (expert-contiguous, padded
     # layout that a TMA read of the next GEMM's A needs), not the slot.
@@ -179,119 +205,160 @@ def fused_moe_kernel(
     else:
         c_rows = offs_token
 
-    expert = tl.load(expert_ids_ptr + pid_m)
+    expert_i32 = tl.load(expert_ids_ptr + pid_m)
+    expert = expert_i32.to(tl.int64)
     if expert == -1:
         # A block of slots routed to no local expert: they contribute nothing.
-        zeros = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=COMPUTE_TYPE)
-        _store_tile(c_ptr, zeros, c_rows, token_mask, pid_n, N, stride_cm, stride_cn, BLOCK_SIZE_N)
+        _store_zeros(
+            c_ptr,
+            stride_cm,
+            stride_cn,
+            pid_n,
+            N,
+            c_rows,
+            token_mask,
+            BLOCK_SIZE_M,
+            BLOCK_SIZE_N,
+            COMPUTE_TYPE,
+        )
         return
 
     # Out-of-range weight columns wrap around instead of being masked: their
-    # results are never stored, and the weight loads stay unpredicated. Offsets
-    # inside one expert's matrix are int32 (the launcher checks they fit); only the
-    # expert's base offset is 64-bit.
-    offs_wn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    # results are never stored, and the weight loads stay unpredicated.
+    offs_wn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N).to(tl.int64)) % N
     offs_k = tl.arange(0, BLOCK_SIZE_K)
-    # Integer offsets are summed first and added to the base pointer once, and the
-    # weight offsets are int32. Adding a [BLOCK_SIZE_M, 1] and then a [1, BLOCK_SIZE_K]
-    # offset to the pointer, or 64-bit weight column offsets, make ptxas advance the
-    # 64-bit pointers with IMAD.WIDE and register moves inside the K loop (Triton 3.6,
-    # sm_90, 128 x 256 x 64 bf16: 132 SASS instructions per iteration instead of 99;
-    # vLLM's kernel: 107).
-    if a_desc is None:
-        a_rows = (offs_token // TOP_K).to(tl.int64)
-        a_ptrs = a_ptr + (a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    # SWAP_AB: the dot is W @ A.T, the slots its N side; A is gathered [K, M] and
+    # the weight tile [N, K].
+    if SWAP_AB:
+        if a_desc is None:
+            a_ptrs = a_ptr + (
+                offs_k[:, None] * stride_ak + offs_token[None, :] // TOP_K * stride_am
+            )
+        if w_desc is None:
+            w_ptrs = (
+                w_ptr
+                + expert * stride_we
+                + (offs_wn[:, None] * stride_wn + offs_k[None, :] * stride_wk)
+            )
     else:
-        # TMA reads A's rows at their sorted positions (the up GEMM wrote them there).
-        a_rows = offs_token_id
-    if w_desc is None:
-        w_ptrs = (
-            w_ptr
-            + expert.to(tl.int64) * stride_we
-            + (offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn)
-        )
-
+        if a_desc is None:
+            a_ptrs = a_ptr + (
+                offs_token[:, None] // TOP_K * stride_am + offs_k[None, :] * stride_ak
+            )
+        if w_desc is None:
+            w_ptrs = (
+                w_ptr
+                + expert * stride_we
+                + (offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn)
+            )
     if USE_INT8_W8A16:
-        w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn * stride_wsn)
+        w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn[None, :] * stride_wsn)
     if USE_FP8_W8A8 or USE_INT8_W8A8:
-        if GROUP_K > 0:
-            a_scale_ptrs = a_scale_ptr + a_rows * stride_asm
-            w_scale_ptrs = w_scale_ptr + expert * stride_wse + (offs_wn // GROUP_N) * stride_wsn
+        if GROUP_K > 0 and GROUP_N > 0:
+            if a_desc is None:
+                a_scale_ptrs = a_scale_ptr + (offs_token // TOP_K) * stride_asm
+            else:
+                # A's rows (and their scales) are at the sorted positions.
+                a_scale_ptrs = a_scale_ptr + offs_token_id * stride_asm
+            offs_wsn = offs_wn // GROUP_N
+            w_scale_ptrs = w_scale_ptr + expert * stride_wse + offs_wsn * stride_wsn
         elif PER_CHANNEL:
-            w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn * stride_wsn)
-            a_scale = tl.load(a_scale_ptr + a_rows * stride_asm, mask=token_mask, other=0.0)
+            w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn[None, :] * stride_wsn)
+            a_scale_ptrs = a_scale_ptr + (offs_token // TOP_K) * stride_asm
+            a_scale = tl.load(a_scale_ptrs, mask=token_mask, other=0.0)[:, None]
         else:
             a_scale = tl.load(a_scale_ptr)
-            w_scale = tl.load(w_scale_ptr + expert * stride_wse)
+            w_scale = tl.load(w_scale_ptr + expert)
 
-    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    if SWAP_AB:
+        accumulator = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_M), dtype=tl.float32)
+    else:
+        accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        # TMA tiles are zero-filled past the tensor's edges: no masks.
-        if a_desc is not None:
-            a = a_desc.load([pid_m * BLOCK_SIZE_M, k * BLOCK_SIZE_K])
-        elif EVEN_K:
-            a = tl.load(a_ptrs, mask=token_mask[:, None], other=0.0)
+        if a_desc is not None or w_desc is not None:
+            # SGLang's TMA operands: boxes past a tensor's edge are zero-filled.
+            if a_desc is not None:
+                a = a_desc.load([pid_m * BLOCK_SIZE_M, k * BLOCK_SIZE_K])
+                if SWAP_AB:
+                    a = a.T
+            elif SWAP_AB:
+                a_mask = (offs_k[:, None] < K - k * BLOCK_SIZE_K) & token_mask[None, :]
+                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            else:
+                a_mask = token_mask[:, None] & (offs_k[None, :] < K - k * BLOCK_SIZE_K)
+                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            if w_desc is not None:
+                w = w_desc.load([expert_i32, pid_n * BLOCK_SIZE_N, k * BLOCK_SIZE_K])
+                w = w.reshape(BLOCK_SIZE_N, BLOCK_SIZE_K)
+                if not SWAP_AB:
+                    w = w.T
+            elif SWAP_AB:
+                w = tl.load(w_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
+            else:
+                w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+        elif SWAP_AB:
+            a_mask = (offs_k[:, None] < K - k * BLOCK_SIZE_K) & token_mask[None, :]
+            w_mask = offs_k[None, :] < K - k * BLOCK_SIZE_K
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            w = tl.load(w_ptrs, mask=w_mask, other=0.0)
         else:
             a = tl.load(
                 a_ptrs,
                 mask=token_mask[:, None] & (offs_k[None, :] < K - k * BLOCK_SIZE_K),
                 other=0.0,
             )
-        if w_desc is not None:
-            w = w_desc.load([expert, pid_n * BLOCK_SIZE_N, k * BLOCK_SIZE_K])
-            w = w.reshape(BLOCK_SIZE_N, BLOCK_SIZE_K).T
-        elif EVEN_K:
-            w = tl.load(w_ptrs)
-        else:
             w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
         if INTERPRETER_BF16:
             a = a.to(tl.float32)
             w = w.to(tl.float32)
-        elif USE_INT8_W8A16:
-            w = w.to(COMPUTE_TYPE)
-        if USE_FP8_W8A8 and GROUP_K > 0:
-            k_group = (k * BLOCK_SIZE_K) // GROUP_K
-            a_scale = tl.load(a_scale_ptrs + k_group * stride_ask, mask=token_mask, other=0.0)
-            w_scale = tl.load(w_scale_ptrs + k_group * stride_wsk)
-            accumulator += tl.dot(a, w) * a_scale[:, None] * w_scale[None, :]
-        elif USE_INT8_W8A8:
-            # int8 x int8 -> int32 on the GPU (fp32 operands in the interpreter)
-            accumulator += tl.dot(a, w).to(tl.float32)
+        if USE_INT8_W8A16:
+            # a.dtype is the compute dtype (fp32 under INTERPRETER_BF16)
+            accumulator = tl.dot(a, w.to(a.dtype), acc=accumulator)
+        elif USE_FP8_W8A8 or USE_INT8_W8A8:
+            if GROUP_K > 0 and GROUP_N > 0:
+                k_group = (k * BLOCK_SIZE_K) // GROUP_K
+                a_scale = tl.load(a_scale_ptrs + k_group * stride_ask, mask=token_mask, other=0.0)
+                w_scale = tl.load(w_scale_ptrs + k_group * stride_wsk)
+                if SWAP_AB:
+                    accumulator += tl.dot(w, a) * w_scale[:, None] * a_scale[None, :]
+                else:
+                    accumulator += tl.dot(a, w) * a_scale[:, None] * w_scale[None, :]
+            elif USE_FP8_W8A8:
+                if SWAP_AB:
+                    accumulator = tl.dot(w, a, acc=accumulator)
+                else:
+                    accumulator = tl.dot(a, w, acc=accumulator)
+            else:
+                # int8 x int8 -> int32, added to the fp32 accumulator
+                accumulator += tl.dot(a, w)
         else:
-            accumulator = tl.dot(a, w, acc=accumulator)
+            accumulator += tl.dot(a, w)
         if a_desc is None:
             a_ptrs += BLOCK_SIZE_K * stride_ak
         if w_desc is None:
             w_ptrs += BLOCK_SIZE_K * stride_wk
 
-    if MUL_ROUTED_WEIGHT:
-        routed_weight = tl.load(topk_weights_ptr + offs_token, mask=token_mask, other=0.0)
-        accumulator = accumulator * routed_weight[:, None]
+    if SWAP_AB:
+        accumulator = tl.trans(accumulator, (1, 0))
     if USE_INT8_W8A16:
-        accumulator = accumulator * w_scale[None, :]
-    if (USE_FP8_W8A8 or USE_INT8_W8A8) and PER_CHANNEL:
-        accumulator = accumulator * a_scale[:, None] * w_scale[None, :]
-    elif USE_FP8_W8A8 and GROUP_K == 0:
-        accumulator = accumulator * (a_scale * w_scale)
+        accumulator = accumulator * w_scale
+    elif (USE_FP8_W8A8 or USE_INT8_W8A8) and not (GROUP_K > 0 and GROUP_N > 0):
+        accumulator = accumulator * a_scale * w_scale
+    if MUL_ROUTED_WEIGHT:
+        routed_weight = tl.load(topk_weights_ptr + offs_token, mask=token_mask, other=0)
+        accumulator *= routed_weight[:, None]
     if INTERPRETER_BF16:
         accumulator = _round_to_bf16_grid(accumulator)
-    _store_tile(
-        c_ptr,
-        accumulator.to(COMPUTE_TYPE),
-        c_rows,
-        token_mask,
-        pid_n,
-        N,
-        stride_cm,
-        stride_cn,
-        BLOCK_SIZE_N,
-    )
+    accumulator = accumulator.to(COMPUTE_TYPE)
+
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * c_rows[:, None] + stride_cn * offs_cn[None, :]
+    c_mask = token_mask[:, None] & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, accumulator, mask=c_mask)
 
 
-def check_config(
-    config: dict, block_shape: tuple[int, int] | None = None, quant_dtype: str | None = None
-) -> None:
-    """Raise `MoetuneError` unless `config` is a usable kernel config for the quantization."""
+def check_config_values(config: dict) -> None:
+    """Raise `MoetuneError` unless `config` has the six keys, each a positive integer."""
     missing = [key for key in CONFIG_KEYS if key not in config]
     if missing:
         raise MoetuneError(f"kernel config {config} lacks {', '.join(missing)}")
@@ -299,12 +366,34 @@ def check_config(
         value = config[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise MoetuneError(f"kernel config {key} must be a positive integer, got {value!r}")
+
+
+def check_config(
+    config: dict,
+    block_shape: tuple[int, int] | None = None,
+    quant_dtype: str | None = None,
+    *,
+    swap_ab: bool = False,
+) -> None:
+    """Raise `MoetuneError` unless `config` is a usable kernel config for the quantization.
+
+    `swap_ab`: the launch swaps A and B (`swaps_ab`), which makes the token tile the
+    dot's N side, so BLOCK_SIZE_M may be 8.
+    """
+    check_config_values(config)
     for key in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps"):
         if config[key] & (config[key] - 1):
             raise MoetuneError(f"kernel config {key} must be a power of two, got {config[key]}")
-    if config["BLOCK_SIZE_M"] < 16 or config["BLOCK_SIZE_N"] < 16 or config["BLOCK_SIZE_K"] < 16:
+    least_m = SWAP_AB_MIN_BLOCK_M if swap_ab else 16
+    if config["BLOCK_SIZE_M"] < least_m:
         raise MoetuneError(
-            "kernel config BLOCK_SIZE_M, BLOCK_SIZE_N and BLOCK_SIZE_K must be at least 16 (tl.dot)"
+            f"kernel config BLOCK_SIZE_M must be at least {least_m} (tl.dot), "
+            f"got {config['BLOCK_SIZE_M']}"
+            + ("" if swap_ab else f"; {SWAP_AB_MIN_BLOCK_M} only where the launch swaps A and B")
+        )
+    if config["BLOCK_SIZE_N"] < 16 or config["BLOCK_SIZE_K"] < 16:
+        raise MoetuneError(
+            "kernel config BLOCK_SIZE_N and BLOCK_SIZE_K must be at least 16 (tl.dot)"
         )
     if quant_dtype in EIGHT_BIT_DOT_DTYPES and config["BLOCK_SIZE_K"] < 32:
         raise MoetuneError(
@@ -322,6 +411,35 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+@functools.cache
+def _cuda_capability(index: int) -> tuple[int, int]:
+    import torch
+
+    return tuple(torch.cuda.get_device_capability(index))
+
+
+def device_capability(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The compute capability of the CUDA device holding `tensor`; None off CUDA or interpreting."""
+    if interpreting() or tensor.device.type != "cuda":
+        return None
+    return _cuda_capability(tensor.device.index if tensor.device.index is not None else 0)
+
+
+def swaps_ab(config: dict, quant_dtype: str | None, capability: tuple[int, int] | None) -> bool:
+    """Whether a launch swaps A and B: vLLM 0.33's rule (fp8_w8a8, compute capability 9.0,
+    BLOCK_SIZE_M < 64, BLOCK_SIZE_N >= 64; SGLang 0.5.23 swaps on every 9.x alike)."""
+    from moetune.engines.launch import vllm_0_33
+
+    return vllm_0_33.swap_ab(config, quant_dtype, capability)
+
+
+def effective_block_k(config: dict, block_shape: tuple[int, int] | None) -> int:
+    """BLOCK_SIZE_K as launched: clamped to the smaller side of the weight block (vLLM)."""
+    if block_shape is None:
+        return config["BLOCK_SIZE_K"]
+    return min(config["BLOCK_SIZE_K"], min(block_shape))
+
+
 def invoke_fused_moe_gemm(
     a: torch.Tensor,
     w: torch.Tensor,
@@ -330,7 +448,7 @@ def invoke_fused_moe_gemm(
     a_scale: torch.Tensor | None,
     w_scale: torch.Tensor | None,
     topk_weights: torch.Tensor | None,
-    sorted_token_ids: torch.Tensor,
+    sorted_token_ids: torch.Tensor | None,
     expert_ids: torch.Tensor,
     num_tokens_post_padded: torch.Tensor,
     mul_routed_weight: bool,
@@ -342,14 +460,24 @@ def invoke_fused_moe_gemm(
     w_use_tma: bool = False,
     c_sorted: bool = False,
     per_channel: bool = False,
+    swap_ab: bool | None = None,
 ) -> torch.Tensor:
     """Launch `fused_moe_kernel` once: ``c[slot] = a[slot // top_k] @ w[expert(slot)].T``.
 
     Shapes and dtypes are in the module docstring; ``c`` may be ``[M, top_k, N]``
     (it is viewed as ``[num_slots, N]``). No host synchronisation: safe inside a
-    CUDA graph capture. Returns ``c``.
+    CUDA graph capture. Returns ``c``. Launched as vLLM 0.33 launches its kernel:
 
-    SGLang's TMA layout (see `moetune.kernel.tma`):
+    - ``sorted_token_ids`` None: the naive assignment (no alignment; block ``i`` is
+      slot ``i``, ``expert_ids`` the flat ``topk_ids``, ``num_tokens_post_padded``
+      holds ``num_slots * BLOCK_SIZE_M``);
+    - ``swap_ab``: compute ``W @ A.T`` per tile (BLOCK_SIZE_M may then be 8); None
+      decides as vLLM does (`swaps_ab` on the device holding ``a``);
+    - BLOCK_SIZE_K clamped to the smaller side of the fp8 weight block; the grid's
+      EM is ``len(sorted_token_ids)``, capped at ``rows(a) * top_k * BLOCK_SIZE_M``
+      when ``a`` has fewer rows than BLOCK_SIZE_M.
+
+    SGLang's TMA layout (see `moetune.kernel.tma`; needs ``sorted_token_ids``):
     - ``c_sorted``: row ``p`` of ``c`` is sorted position ``p`` (``c`` has
       ``len(sorted_token_ids)`` rows; ``num_slots = a.shape[0] * top_k``);
     - ``a_use_tma``: ``a`` is such a sorted-layout tensor, read through a TMA
@@ -360,7 +488,6 @@ def invoke_fused_moe_gemm(
 
     from moetune.kernel.tma import SplitConfigError, check_tma_quant, make_descriptor
 
-    check_config(config, block_shape, quant_dtype)
     if quant_dtype is not None and quant_dtype not in QUANT_DTYPES:
         raise MoetuneError(
             f"unknown quantization {quant_dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
@@ -369,13 +496,23 @@ def invoke_fused_moe_gemm(
         raise MoetuneError(
             f"block-quantized weights are implemented for fp8_w8a8 only, not {quant_dtype}"
         )
+    check_config_values(config)
+    if swap_ab is None:
+        swap_ab = swaps_ab(config, quant_dtype, device_capability(a))
+    elif swap_ab and quant_dtype != "fp8_w8a8":
+        raise MoetuneError(f"SWAP_AB is the fp8_w8a8 path of vLLM's kernel, not {quant_dtype}'s")
+    block_k = effective_block_k(config, block_shape)
+    check_config(dict(config, BLOCK_SIZE_K=block_k), block_shape, quant_dtype, swap_ab=swap_ab)
     assert w.dim() == 3, "w must be [E, N, K]"
     num_experts, n, k = w.shape
     assert a.dim() == 2 and a.shape[1] == k, f"a must be [rows, {k}], got {list(a.shape)}"
     c2 = c.view(-1, c.shape[-1])
     assert c2.shape[1] == n, f"c must have {n} columns, got {c2.shape[1]}"
+    naive = sorted_token_ids is None
     if a_use_tma or w_use_tma:
         check_tma_quant(quant_dtype, block_shape)
+    if naive and (a_use_tma or w_use_tma or c_sorted):
+        raise SplitConfigError("TMA operands and a sorted c need aligned token ids")
     if a_use_tma and (top_k != 1 or c_sorted):
         raise SplitConfigError("a TMA-read A is the down GEMM's: top_k must be 1, c unsorted")
     if c_sorted:
@@ -392,9 +529,9 @@ def invoke_fused_moe_gemm(
         else:
             assert a.shape[0] * top_k == num_slots, "a must have num_slots // top_k rows"
     assert c.dtype in (torch.bfloat16, torch.float16), "c must be bf16 or fp16"
-    assert sorted_token_ids.dtype == torch.int32 and expert_ids.dtype == torch.int32, (
-        "alignment ids must be int32"
-    )
+    assert expert_ids.dtype == torch.int32, "expert ids must be int32"
+    assert naive or sorted_token_ids.dtype == torch.int32, "sorted token ids must be int32"
+    assert not naive or expert_ids.numel() == num_slots, "naive: one expert id per slot"
     if mul_routed_weight:
         assert topk_weights is not None and topk_weights.numel() == num_slots, (
             "need one routing weight per slot"
@@ -426,13 +563,7 @@ def invoke_fused_moe_gemm(
     elif not use_int8_w8a8:
         assert a.dtype == c.dtype and w.dtype == c.dtype, "a, w and c must share a dtype"
 
-    if (n - 1) * w.stride(1) + (k - 1) * w.stride(2) >= 2**31:
-        raise MoetuneError(
-            f"one expert's weight matrix [{n}, {k}] is too large for the kernel's int32 offsets"
-        )
     group_n, group_k = block_shape if block_shape is not None else (0, 0)
-    a_scale_strides = (0, 0)
-    w_scale_strides = (0, 0, 0)
     if use_fp8 and block_shape is not None:
         groups_k = triton.cdiv(k, group_k)
         assert a_scale.shape == (a.shape[0], groups_k), (
@@ -441,31 +572,45 @@ def invoke_fused_moe_gemm(
         assert w_scale.shape == (num_experts, triton.cdiv(n, group_n), groups_k), (
             "w_scale must be [E, N/bn, K/bk]"
         )
-        a_scale_strides = (a_scale.stride(0), a_scale.stride(1))
-        w_scale_strides = (w_scale.stride(0), w_scale.stride(1), w_scale.stride(2))
     elif per_channel:
         assert a_scale.shape[0] == a.shape[0] and a_scale.numel() == a.shape[0], (
             f"per-token a_scale must be [{a.shape[0]}, 1]"
         )
         assert w_scale.shape == (num_experts, n), f"per-channel w_scale must be [E, {n}]"
-        a_scale_strides = (a_scale.stride(0), 0)
-        w_scale_strides = (w_scale.stride(0), w_scale.stride(1), 0)
     elif use_fp8:
         assert a_scale.numel() == 1 and w_scale.numel() == num_experts, (
             "per-tensor fp8 scales: a [1], w [E]"
         )
-        w_scale_strides = (w_scale.stride(0), 0, 0)
-    elif use_int8_w8a16:
-        w_scale_strides = (w_scale.stride(0), w_scale.stride(1), 0)
+        assert w_scale.is_contiguous(), "per-tensor w_scale must be contiguous"
+    if a_scale is not None and a_scale.dim() == 0:
+        a_scale = a_scale.reshape(1)
+    # Scale strides as vLLM passes them: activation scales by row and K group when
+    # 2-D; weight scales by expert, K group (3-D block scales) and out-channel.
+    two_d_a_scale = a_scale is not None and a_scale.dim() == 2
+    a_scale_strides = (
+        a_scale.stride(0) if two_d_a_scale else 0,
+        a_scale.stride(1) if two_d_a_scale else 0,
+    )
+    w_scale_strides = (
+        w_scale.stride(0) if w_scale is not None else 0,
+        w_scale.stride(2) if w_scale is not None and w_scale.dim() == 3 else 0,
+        w_scale.stride(1)
+        if w_scale is not None and w_scale.dim() >= 2 and w_scale.shape[1] > 1
+        else 0,
+    )
 
-    bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
-    a_desc = make_descriptor(a, (bm, bk), "A") if a_use_tma else None
-    w_desc = make_descriptor(w, (1, bn, bk), "w") if w_use_tma else None
+    bm, bn = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"]
+    a_desc = make_descriptor(a, (bm, block_k), "A") if a_use_tma else None
+    w_desc = make_descriptor(w, (1, bn, block_k), "w") if w_use_tma else None
     compute_type = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
-    # Every used row-block holds at least one slot, so at most num_slots blocks are
-    # used whatever the static bound of the alignment: a smaller grid at small M.
-    em = min(sorted_token_ids.shape[0], num_slots * config["BLOCK_SIZE_M"])
-    grid = (triton.cdiv(em, config["BLOCK_SIZE_M"]) * triton.cdiv(n, config["BLOCK_SIZE_N"]),)
+    if naive:
+        em = num_slots * bm
+    else:
+        em = sorted_token_ids.shape[0]
+        if a.shape[0] < bm:
+            # Every used row-block holds a slot: at most rows * top_k blocks are used.
+            em = min(em, a.shape[0] * top_k * bm)
+    grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
     fused_moe_kernel[grid](
         a,
         a_desc,
@@ -485,26 +630,27 @@ def invoke_fused_moe_gemm(
         a.stride(0),
         a.stride(1),
         w.stride(0),
-        w.stride(1),
         w.stride(2),
+        w.stride(1),
         c2.stride(0),
         c2.stride(1),
         *a_scale_strides,
         *w_scale_strides,
         GROUP_N=group_n,
         GROUP_K=group_k,
-        BLOCK_SIZE_M=config["BLOCK_SIZE_M"],
-        BLOCK_SIZE_N=config["BLOCK_SIZE_N"],
-        BLOCK_SIZE_K=config["BLOCK_SIZE_K"],
+        NAIVE_BLOCK_ASSIGNMENT=naive,
+        BLOCK_SIZE_M=bm,
+        BLOCK_SIZE_N=bn,
+        BLOCK_SIZE_K=block_k,
         GROUP_SIZE_M=config["GROUP_SIZE_M"],
         MUL_ROUTED_WEIGHT=mul_routed_weight,
         TOP_K=top_k,
         COMPUTE_TYPE=compute_type,
         USE_FP8_W8A8=use_fp8,
-        USE_INT8_W8A16=use_int8_w8a16,
         USE_INT8_W8A8=use_int8_w8a8,
+        USE_INT8_W8A16=use_int8_w8a16,
         PER_CHANNEL=per_channel,
-        EVEN_K=k % config["BLOCK_SIZE_K"] == 0,
+        SWAP_AB=swap_ab,
         C_SORTED=c_sorted,
         INTERPRETER_BF16=interpreting() and c.dtype == torch.bfloat16,
         num_warps=config["num_warps"],

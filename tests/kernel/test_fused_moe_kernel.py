@@ -5,19 +5,21 @@ upcast, see fused_moe_kernel's docstring). GPU (MOETUNE_GPU_TESTS=1): the same
 cases compiled, plus bigger tiles.
 """
 
+import inspect
 import os
 
 import pytest
 import torch
 
 from moetune.errors import MoetuneError
-from moetune.kernel.align import align_block_size
+from moetune.kernel.align import align_block_size, max_padded_slots
 from moetune.kernel.compare import assert_close
-from moetune.kernel.fused_moe_kernel import check_config, invoke_fused_moe_gemm
+from moetune.kernel.fused_moe_kernel import check_config, invoke_fused_moe_gemm, swaps_ab
 from moetune.kernel.quant import (
     dequantize_weights,
     per_tensor_quant_fp8,
     per_token_group_quant_fp8_reference,
+    per_token_quant_reference,
     quantize_weights,
 )
 
@@ -60,8 +62,9 @@ DTYPES = [
     pytest.param("fp16", None, 1e-3, id="fp16"),
     pytest.param("bf16", None, 5e-3, id="bf16"),
     pytest.param("fp8_w8a8", None, 5e-3, id="fp8"),
-    # quantization blocks smaller than the tiles: several scales per tile
-    pytest.param("fp8_w8a8", (16, 32), 5e-3, id="fp8-block16x32"),
+    # quantization blocks as wide as the small tiles (vLLM clamps BLOCK_SIZE_K to the
+    # block's smaller side, so a block narrower than 32 has no legal fp8 tile)
+    pytest.param("fp8_w8a8", (32, 32), 5e-3, id="fp8-block32x32"),
     pytest.param("int8_w8a16", None, 5e-3, id="int8w8a16"),
 ]
 
@@ -104,11 +107,31 @@ def make_operands(M, E, top_k, N, K, dtype, block_shape, seed=0):
 
 
 def run_gemm(
-    a, a_scale, w, w_scale, out_dtype, weights, ids, top_k, config, dtype, block_shape, routed
+    a,
+    a_scale,
+    w,
+    w_scale,
+    out_dtype,
+    weights,
+    ids,
+    top_k,
+    config,
+    dtype,
+    block_shape,
+    routed,
+    *,
+    naive=False,
+    **launch,
 ):
+    """One launch on aligned ids, or with `naive` on vLLM's naive assignment."""
     num_slots = ids.numel()
     c = torch.full((num_slots, w.shape[1]), float("nan"), dtype=out_dtype, device=DEVICE)
-    sorted_ids, expert_ids, num_post = align_block_size(ids, config["BLOCK_SIZE_M"], w.shape[0])
+    if naive:
+        sorted_ids, expert_ids = None, ids.reshape(-1)
+        num_post = torch.tensor([num_slots * config["BLOCK_SIZE_M"]], dtype=torch.int32)
+        num_post = num_post.to(DEVICE)
+    else:
+        sorted_ids, expert_ids, num_post = align_block_size(ids, config["BLOCK_SIZE_M"], w.shape[0])
     quant_dtype = None if dtype in ("fp16", "bf16") else dtype
     return invoke_fused_moe_gemm(
         a,
@@ -125,6 +148,7 @@ def run_gemm(
         config=config,
         quant_dtype=quant_dtype,
         block_shape=block_shape,
+        **launch,
     )
 
 
@@ -275,3 +299,327 @@ def test_block_quantized_int8_is_refused():
             (32, 32),
             False,
         )
+
+
+# vLLM 0.33's launch semantics: naive assignment, SWAP_AB, the BLOCK_SIZE_K clamp, EM.
+
+NAIVE_SHAPE = (3, 13, 2, 80, 96)  # 6 slots, N and K not multiples of the tiles
+
+
+@pytest.mark.parametrize("routed", [False, True], ids=["up", "down"])
+@pytest.mark.parametrize("dtype,block_shape,tol", DTYPES)
+def test_naive_assignment_matches_reference(dtype, block_shape, tol, routed):
+    """No alignment: block i is slot i, of expert ids[i]; every slot is written once."""
+    M, E, top_k, N, K = NAIVE_SHAPE
+    rows, launch_top_k = (M * top_k, 1) if routed else (M, top_k)
+    a, a_scale, a_ref, w, w_scale, w_ref, out_dtype = make_operands(
+        rows, E, launch_top_k, N, K, dtype, block_shape
+    )
+    weights, ids = random_routing(M, E, top_k, seed=11)
+    c = run_gemm(
+        a,
+        a_scale,
+        w,
+        w_scale,
+        out_dtype,
+        weights,
+        ids,
+        launch_top_k,
+        CONFIGS[0],
+        dtype,
+        block_shape,
+        routed,
+        naive=True,
+    )
+    ref = gathered_reference(a_ref, w_ref, weights, ids, launch_top_k, routed)
+    assert_close(f"naive {dtype}", ref, c, tol)
+
+
+def per_channel_fp8_operands(M, E, N, K, seed=0):
+    """(fp8 a, a_scale [M, 1], fp32 a, fp8 w, w_scale [E, N], fp32 w): per-token x per-channel."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn(M, K, generator=gen, device=DEVICE).to(torch.bfloat16)
+    w = torch.randn(E, N, K, generator=gen, device=DEVICE) / K**0.5
+    a_q, a_scale = per_token_quant_reference(x, "fp8_w8a8")
+    w_q, w_scale = quantize_weights(w, "fp8_w8a8", per_channel=True)
+    return a_q, a_scale, a_q.float() * a_scale, w_q, w_scale, dequantize_weights(w_q, w_scale)
+
+
+SWAP_SHAPE = (7, 5, 2, 80, 80)  # N: a wrapped second weight tile; K: a masked tail
+SWAP_QUANT = [
+    pytest.param(None, id="fp8-tensor"),
+    pytest.param((32, 32), id="fp8-block32x32"),  # two weight-scale blocks per 64-wide tile
+    pytest.param("per_channel", id="fp8-channel"),
+]
+
+
+@pytest.mark.parametrize("routed", [False, True], ids=["up", "down"])
+@pytest.mark.parametrize("block_m", [8, 16])
+@pytest.mark.parametrize("quant", SWAP_QUANT)
+def test_swap_ab_matches_reference(quant, block_m, routed):
+    """SWAP_AB forced (the interpreter runs any tile): W @ A.T per tile, BLOCK_SIZE_M 8 or 16."""
+    M, E, top_k, N, K = SWAP_SHAPE
+    rows, launch_top_k = (M * top_k, 1) if routed else (M, top_k)
+    if quant == "per_channel":
+        a, a_scale, a_ref, w, w_scale, w_ref = per_channel_fp8_operands(rows, E, N, K)
+        block_shape, launch = None, dict(per_channel=True)
+    else:
+        block_shape, launch = quant, {}
+        a, a_scale, a_ref, w, w_scale, w_ref, _ = make_operands(
+            rows, E, launch_top_k, N, K, "fp8_w8a8", block_shape
+        )
+    weights, ids = random_routing(M, E, top_k, seed=5)
+    config = dict(
+        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=2, num_warps=4,
+        num_stages=2,
+    )  # fmt: skip
+    c = run_gemm(
+        a,
+        a_scale,
+        w,
+        w_scale,
+        torch.bfloat16,
+        weights,
+        ids,
+        launch_top_k,
+        config,
+        "fp8_w8a8",
+        block_shape,
+        routed,
+        swap_ab=True,
+        **launch,
+    )
+    ref = gathered_reference(a_ref, w_ref, weights, ids, launch_top_k, routed)
+    assert_close(f"swap_ab {quant}", ref, c, 5e-3)
+
+
+def test_swap_ab_on_the_naive_path_with_block_m_8():
+    """vLLM's decode path on sm90: naive assignment and SWAP_AB together."""
+    M, E, top_k, N, K = 2, 16, 2, 64, 64
+    a, a_scale, a_ref, w, w_scale, w_ref, _ = make_operands(M, E, top_k, N, K, "fp8_w8a8", None)
+    weights, ids = random_routing(M, E, top_k, seed=8)
+    config = dict(CONFIGS[0], BLOCK_SIZE_M=8, BLOCK_SIZE_N=64)
+    c = run_gemm(
+        a,
+        a_scale,
+        w,
+        w_scale,
+        torch.bfloat16,
+        weights,
+        ids,
+        top_k,
+        config,
+        "fp8_w8a8",
+        None,
+        False,
+        naive=True,
+        swap_ab=True,
+    )
+    assert_close(
+        "naive swap_ab", gathered_reference(a_ref, w_ref, weights, ids, top_k, False), c, 5e-3
+    )
+
+
+def test_the_launcher_swaps_as_vllm_does_on_compute_capability_9_0(monkeypatch):
+    """swap_ab=None: the device decides. An sm90 device swaps fp8 8-row tiles (which are
+    refused where nothing swaps); a CPU tensor has no capability, so nothing swaps."""
+    import moetune.kernel.fused_moe_kernel as kernel_module
+
+    M, E, top_k, N, K = 3, 4, 2, 64, 64
+    a, a_scale, a_ref, w, w_scale, w_ref, _ = make_operands(M, E, top_k, N, K, "fp8_w8a8", None)
+    weights, ids = random_routing(M, E, top_k, seed=2)
+    config = dict(CONFIGS[0], BLOCK_SIZE_M=8, BLOCK_SIZE_N=64)
+    args = (a, a_scale, w, w_scale, torch.bfloat16, weights, ids, top_k, config, "fp8_w8a8")
+    if not GPU:
+        with pytest.raises(MoetuneError, match="BLOCK_SIZE_M must be at least 16"):
+            run_gemm(*args, None, False)
+    monkeypatch.setattr(kernel_module, "device_capability", lambda tensor: (9, 0))
+    c = run_gemm(*args, None, False)
+    assert_close("sm90 swap", gathered_reference(a_ref, w_ref, weights, ids, top_k, False), c, 5e-3)
+
+
+@pytest.mark.parametrize(
+    "config,quant_dtype,capability,swaps",
+    [
+        (dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64), "fp8_w8a8", (9, 0), True),
+        (dict(BLOCK_SIZE_M=8, BLOCK_SIZE_N=128), "fp8_w8a8", (9, 0), True),
+        (dict(BLOCK_SIZE_M=32, BLOCK_SIZE_N=256), "fp8_w8a8", (9, 0), True),
+        (dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128), "fp8_w8a8", (9, 0), False),
+        (dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32), "fp8_w8a8", (9, 0), False),
+        (dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64), "fp8_w8a8", (10, 0), False),
+        (dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64), "fp8_w8a8", None, False),
+        (dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64), None, (9, 0), False),
+        (dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64), "int8_w8a8", (9, 0), False),
+    ],
+)
+def test_swaps_ab_is_vllms_rule(config, quant_dtype, capability, swaps):
+    assert swaps_ab(config, quant_dtype, capability) is swaps
+
+
+def test_swap_ab_is_refused_outside_fp8():
+    a, _, _, w, _, _, out_dtype = make_operands(2, 2, 1, 64, 32, "bf16", None)
+    weights, ids = random_routing(2, 2, 1, seed=0)
+    with pytest.raises(MoetuneError, match="SWAP_AB is the fp8_w8a8 path"):
+        run_gemm(
+            a, None, w, None, out_dtype, weights, ids, 1, CONFIGS[0], "bf16", None, False,
+            swap_ab=True,
+        )  # fmt: skip
+
+
+def test_block_m_8_is_legal_only_where_a_and_b_swap():
+    config = dict(CONFIGS[0], BLOCK_SIZE_M=8, BLOCK_SIZE_N=64)
+    with pytest.raises(MoetuneError, match="BLOCK_SIZE_M must be at least 16"):
+        check_config(config, None, "fp8_w8a8")
+    check_config(config, None, "fp8_w8a8", swap_ab=True)
+    with pytest.raises(MoetuneError, match="at least 8"):
+        check_config(dict(config, BLOCK_SIZE_M=4), None, "fp8_w8a8", swap_ab=True)
+
+
+def test_block_k_is_clamped_to_the_fp8_weight_block():
+    """vLLM runs BLOCK_SIZE_K=64 on [32, 32] blocks as BLOCK_SIZE_K=32 (min of the block's sides)."""
+    M, E, top_k, N, K = 5, 4, 2, 64, 96
+    a, a_scale, a_ref, w, w_scale, w_ref, out_dtype = make_operands(
+        M, E, top_k, N, K, "fp8_w8a8", (32, 32)
+    )
+    weights, ids = random_routing(M, E, top_k, seed=4)
+    config = dict(CONFIGS[0], BLOCK_SIZE_K=64)
+    c = run_gemm(
+        a, a_scale, w, w_scale, out_dtype, weights, ids, top_k, config, "fp8_w8a8", (32, 32),
+        False,
+    )  # fmt: skip
+    ref = gathered_reference(a_ref, w_ref, weights, ids, top_k, False)
+    assert_close("clamped block_k", ref, c, 5e-3)
+
+
+# vLLM 0.33's kernel parameters in order (positional in its launcher), and the twin's
+# name for each; the twin has no bias (vLLM's b_bias_ptr is None, its strides unused).
+VLLM_POSITIONAL = {
+    "a_ptr": "a_ptr", "b_ptr": "w_ptr", "c_ptr": "c_ptr", "b_bias_ptr": None,
+    "a_scale_ptr": "a_scale_ptr", "b_scale_ptr": "w_scale_ptr",
+    "topk_weights_ptr": "topk_weights_ptr", "sorted_token_ids_ptr": "sorted_token_ids_ptr",
+    "expert_ids_ptr": "expert_ids_ptr", "num_tokens_post_padded_ptr": "num_tokens_post_padded_ptr",
+    "N": "N", "K": "K", "EM": "EM", "num_valid_tokens": "num_slots",
+    "stride_am": "stride_am", "stride_ak": "stride_ak", "stride_be": "stride_we",
+    "stride_bk": "stride_wk", "stride_bn": "stride_wn", "stride_cm": "stride_cm",
+    "stride_cn": "stride_cn", "stride_asm": "stride_asm", "stride_ask": "stride_ask",
+    "stride_bse": "stride_wse", "stride_bsk": "stride_wsk", "stride_bsn": "stride_wsn",
+    "stride_bbe": None, "stride_bbn": None, "group_n": "GROUP_N", "group_k": "GROUP_K",
+}  # fmt: skip
+VLLM_KEYWORDS = {
+    "MUL_ROUTED_WEIGHT": "MUL_ROUTED_WEIGHT", "top_k": "TOP_K", "compute_type": "COMPUTE_TYPE",
+    "use_fp8_w8a8": "USE_FP8_W8A8", "use_int8_w8a8": "USE_INT8_W8A8",
+    "use_int8_w8a16": "USE_INT8_W8A16", "per_channel_quant": "PER_CHANNEL",
+    "naive_block_assignment": "NAIVE_BLOCK_ASSIGNMENT", "BLOCK_SIZE_M": "BLOCK_SIZE_M",
+    "BLOCK_SIZE_N": "BLOCK_SIZE_N", "BLOCK_SIZE_K": "BLOCK_SIZE_K",
+    "GROUP_SIZE_M": "GROUP_SIZE_M", "SWAP_AB": "SWAP_AB", "num_warps": "num_warps",
+    "num_stages": "num_stages",
+}  # fmt: skip
+
+
+class CaptureLaunch:
+    """Stands in for a Triton kernel: records ``kernel[grid](*args, **kwargs)``."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+def comparable(value):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, tuple(value.shape), value.stride())
+    return value
+
+
+def meta_launch(path, rows, top_k, config, naive, routed):
+    """`invoke_fused_moe_gemm`'s keywords on meta tensors (E=16, N=96, K=160)."""
+    E, N, K = 16, 96, 160
+    meta = dict(device="meta")
+    quant_dtype, per_channel, block_shape = {
+        "bf16": (None, False, None),
+        "fp8-tensor": ("fp8_w8a8", False, None),
+        "fp8-channel": ("fp8_w8a8", True, None),
+        "fp8-block": ("fp8_w8a8", False, (32, 64)),
+        "int8-channel": ("int8_w8a8", True, None),
+        "int8-w8a16": ("int8_w8a16", False, None),
+    }[path]
+    element = {"fp8_w8a8": torch.float8_e4m3fn, "int8_w8a8": torch.int8}.get(
+        quant_dtype, torch.bfloat16
+    )
+    w_element = torch.int8 if quant_dtype == "int8_w8a16" else element
+    f32 = dict(dtype=torch.float32, **meta)
+    a_scale = w_scale = None
+    if block_shape is not None:
+        a_scale = torch.empty(rows, 3, **f32)
+        w_scale = torch.empty(E, 3, 3, **f32)
+    elif per_channel:
+        a_scale, w_scale = torch.empty(rows, 1, **f32), torch.empty(E, N, **f32)
+    elif quant_dtype == "fp8_w8a8":
+        a_scale, w_scale = torch.empty(1, **f32), torch.empty(E, **f32)
+    elif quant_dtype == "int8_w8a16":
+        w_scale = torch.empty(E, N, **f32)
+    slots = rows * top_k
+    ids = dict(dtype=torch.int32, **meta)
+    bm = config["BLOCK_SIZE_M"]
+    padded = max_padded_slots(slots, bm, E)
+    return dict(
+        a=torch.empty(rows, K, dtype=element, **meta),
+        w=torch.empty(E, N, K, dtype=w_element, **meta),
+        c=torch.empty(slots, N, dtype=torch.bfloat16, **meta),
+        a_scale=a_scale,
+        w_scale=w_scale,
+        topk_weights=torch.empty(slots, **f32) if routed else None,
+        sorted_token_ids=None if naive else torch.empty(padded, **ids),
+        expert_ids=torch.empty(slots if naive else padded // bm, **ids),
+        num_tokens_post_padded=torch.empty(1, **ids),
+        mul_routed_weight=routed,
+        top_k=top_k,
+        config=config,
+        quant_dtype=quant_dtype,
+        block_shape=block_shape,
+        per_channel=per_channel,
+    )
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["aligned", "naive"])
+@pytest.mark.parametrize("rows,top_k,routed", [(3, 8, False), (200, 8, False), (24, 1, True)])
+@pytest.mark.parametrize(
+    "path", ["bf16", "fp8-tensor", "fp8-channel", "fp8-block", "int8-channel", "int8-w8a16"]
+)
+@pytest.mark.parametrize("block_m,block_n,block_k", [(16, 64, 128), (64, 128, 64), (8, 64, 128)])
+def test_launch_passes_what_vllms_launcher_passes(
+    monkeypatch, path, rows, top_k, routed, naive, block_m, block_n, block_k
+):
+    """On an sm90 device the twin's launcher gives its kernel the grid, arguments and
+    constexprs vLLM 0.33's launcher gives vLLM's (what makes the same specialization,
+    hence the same SASS: bench/sass_loop.py)."""
+    import moetune.kernel.fused_moe_kernel as kernel_module
+    from moetune.engines.launch import vllm_0_33
+
+    config = dict(
+        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=16,
+        num_warps=4, num_stages=3,
+    )  # fmt: skip
+    sm90 = (9, 0)
+    names = list(inspect.signature(kernel_module.fused_moe_kernel.fn).parameters)
+    if block_m == 8 and not swaps_ab(config, "fp8_w8a8" if "fp8" in path else None, sm90):
+        pytest.skip("BLOCK_SIZE_M 8 is for swapped fp8 only")
+    launch = meta_launch(path, rows, top_k, config, naive, routed)
+    vllm = CaptureLaunch()
+    vllm_0_33.launch(vllm, **launch, capability=sm90)
+    twin = CaptureLaunch()
+    monkeypatch.setattr(kernel_module, "fused_moe_kernel", twin)
+    monkeypatch.setattr(kernel_module, "device_capability", lambda tensor: sm90)
+    kernel_module.invoke_fused_moe_gemm(**launch)
+
+    (vllm_grid, vllm_args, vllm_kwargs), (grid, args, kwargs) = vllm.calls[0], twin.calls[0]
+    assert grid == vllm_grid
+    ours = dict(zip(names, args, strict=False)) | kwargs
+    assert ours["a_desc"] is None and ours["w_desc"] is None and ours["C_SORTED"] is False
+    theirs = dict(zip(VLLM_POSITIONAL, vllm_args, strict=True)) | vllm_kwargs
+    assert theirs["b_bias_ptr"] is None and theirs["HAS_BIAS"] is False
+    assert theirs["USE_TD"] is False and theirs["SPLIT_K"] == 1
+    for vllm_name, name in (VLLM_POSITIONAL | VLLM_KEYWORDS).items():
+        if name is not None:
+            assert comparable(ours[name]) == comparable(theirs[vllm_name]), (vllm_name, name)

@@ -317,3 +317,82 @@ def test_tma_matches_reference(
     ref = naive_fused_moe(*args, quant=problem.quant)
     tol = 2e-2 if GPU and dtype == "bf16" else tol
     assert_close(f"tma up={up_tma} down={down_tma} {dtype}", ref, out, tol)
+
+
+def _fp8_gemm(a, a_scale, w, w_scale, c, alignment, top_k, config, **flags):
+    return invoke_fused_moe_gemm(
+        a,
+        w,
+        c,
+        a_scale=a_scale,
+        w_scale=w_scale,
+        topk_weights=None,
+        mul_routed_weight=False,
+        top_k=top_k,
+        config=config,
+        quant_dtype="fp8_w8a8",
+        block_shape=(128, 128),
+        **alignment,
+        **flags,
+    )
+
+
+@needs_tma
+@pytest.mark.parametrize("block_m", [8, 16])
+def test_tma_operands_with_swap_ab_match_reference(block_m):
+    """SGLang swaps block-fp8 tiles on sm90 with TMA operands too. Forced here: the sorted
+    up GEMM (w1 through TMA) and the down GEMM reading A and w2 through TMA."""
+    from moetune.kernel.quant import (
+        dequantize_weights,
+        per_token_group_quant_fp8_reference,
+        quantize_weights,
+    )
+
+    M, E, top_k, N, K = 9, 3, 2, 64, 256
+    block = (128, 128)
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    x = torch.randn(M, K, generator=gen, device=DEVICE).to(torch.bfloat16)
+    w1, w1_scale = quantize_weights(
+        torch.randn(E, N, K, generator=gen, device=DEVICE) / 16, "fp8_w8a8", block
+    )
+    w2, w2_scale = quantize_weights(
+        torch.randn(E, K, N, generator=gen, device=DEVICE) / 8, "fp8_w8a8", block
+    )
+    ids = torch.randint(0, E, (M, top_k), generator=gen, dtype=torch.int32, device=DEVICE)
+    config = dict(
+        BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, num_warps=4,
+        num_stages=2,
+    )  # fmt: skip
+    sorted_ids, expert_ids, num_post = align_block_size(ids, block_m, E)
+    alignment = dict(
+        sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post
+    )
+    valid = sorted_ids < M * top_k
+    slots = sorted_ids[valid].long()  # the slot at each used sorted position
+    experts = ids.reshape(-1).long()[slots]
+
+    def dequantized(a, scale):
+        return a.float() * scale.repeat_interleave(128, dim=1)[:, : a.shape[1]]
+
+    a1, a1_scale = per_token_group_quant_fp8_reference(x, 128)
+    sorted_c = torch.full(
+        (sorted_ids.shape[0], N), float("nan"), dtype=torch.bfloat16, device=DEVICE
+    )
+    _fp8_gemm(
+        a1, a1_scale, w1, w1_scale, sorted_c, alignment, top_k, config,
+        w_use_tma=True, c_sorted=True, swap_ab=True,
+    )  # fmt: skip
+    w1_ref = dequantize_weights(w1, w1_scale, block)
+    up_ref = torch.einsum("sk,snk->sn", dequantized(a1, a1_scale)[slots // top_k], w1_ref[experts])
+    assert_close("sorted up GEMM, swapped", up_ref, sorted_c[valid], 5e-3)
+
+    act = torch.where(valid[:, None], sorted_c, 0.0)
+    a2, a2_scale = per_token_group_quant_fp8_reference(act, 128)
+    down = torch.full((M * top_k, K), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    _fp8_gemm(
+        a2, a2_scale, w2, w2_scale, down, alignment, 1, config,
+        a_use_tma=True, w_use_tma=True, swap_ab=True,
+    )  # fmt: skip
+    w2_ref = dequantize_weights(w2, w2_scale, block)
+    down_ref = torch.einsum("sn,skn->sk", dequantized(a2, a2_scale)[valid], w2_ref[experts])
+    assert_close("TMA down GEMM, swapped", down_ref, down[slots], 5e-3)
