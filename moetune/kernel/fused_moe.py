@@ -2,6 +2,7 @@
 
     router_logits ──topk_routing──► topk_weights, topk_ids [M, top_k]
     topk_ids ──align_block_size──► sorted_token_ids, expert_ids, num_tokens_post_padded
+             (or, at few slots per expert, vLLM's naive assignment: one block per slot)
     x [M, K] ──GEMM1 (w1)──► gate_up [M*top_k, 2N] ──silu_and_mul──► act [M*top_k, N]
     act ──GEMM2 (w2, × topk weight)──► down [M, top_k, K] ──moe_sum──► out [M, K]
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from moetune.engines.launch import vllm_0_33
 from moetune.errors import MoetuneError
 from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
@@ -35,7 +37,7 @@ from moetune.kernel.quant import (
 )
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
-from moetune.kernel.tma import check_tma_request, split_configs
+from moetune.kernel.tma import SplitConfigs, check_tma_request, split_configs
 
 if TYPE_CHECKING:
     import torch
@@ -91,6 +93,32 @@ def weight_launch_args(quant: MoEQuant | None, zero_points) -> dict:  # noqa: AN
     return dict(per_channel=quant.per_channel)
 
 
+def naive_assignment(
+    engine_gemm,  # noqa: ANN001 - an `EngineGemm` or None
+    num_slots: int,
+    num_experts: int,
+    quant: MoEQuant | None,
+    split: SplitConfigs,
+) -> bool:
+    """Whether the call skips alignment (one block per token slot; expert ids all local).
+
+    An engine's kernel: that release's rule. moetune's twin: vLLM 0.33's rule
+    (``M * top_k * 4 <= E``, not for group-quantized weight-only int4/int8), except
+    with SGLang's TMA operands, which need the aligned, sorted layout.
+    """
+    quant_dtype = quant.dtype if quant is not None else None
+    # The engines' block_shape: [0, group_size] for group-quantized weight-only dtypes.
+    if quant is not None and quant.group_size is not None:
+        block_shape = (0, quant.group_size)
+    else:
+        block_shape = quant.block_shape if quant is not None else None
+    if engine_gemm is not None:
+        return engine_gemm.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
+    if split.up_tma or split.down_tma:
+        return False
+    return vllm_0_33.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
+
+
 def fused_experts(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -126,7 +154,8 @@ def fused_experts(
         gemm: the GEMM launcher (`moetune.engines.launch.EngineGemm`, an engine's own
             kernel launched as that release launches it; it also decides whether the
             call takes the engine's naive one-block-per-slot path instead of alignment).
-            None: moetune's kernel.
+            None: moetune's kernel, which takes the naive path under vLLM 0.33's rule
+            (`naive_assignment`).
 
     Returns:
         [M, K] in x's dtype.
@@ -166,10 +195,8 @@ def fused_experts(
         check_tma_request(quant_dtype, block_shape)  # before any launch
 
     num_slots = num_tokens * top_k
-    if (
-        engine_gemm is not None
-        and not ids_may_be_nonlocal
-        and engine_gemm.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
+    if not ids_may_be_nonlocal and naive_assignment(
+        engine_gemm, num_slots, num_experts, quant, split
     ):
         # No alignment: block i is slot i, of expert topk_ids[i] (vLLM's decode path).
         sorted_ids = None

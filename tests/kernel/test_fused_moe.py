@@ -5,6 +5,7 @@ CPU: Triton's interpreter, small shapes. GPU (MOETUNE_GPU_TESTS=1): the same cas
 compiled, plus real model shapes at M = 1 and 4096, and CUDA-graph capture.
 """
 
+import importlib
 import os
 
 import pytest
@@ -193,3 +194,48 @@ def test_cuda_graph_capture_replays_the_eager_result(dtype, block_shape):
     assert compare(eager, out).max_abs == 0.0, "graph replay differs from the eager call"
     ref = naive_fused_moe(x, problem.w1, problem.w2, logits, top_k, quant=problem.quant)
     assert_close("graph replay", ref, out, 2e-2)
+
+
+def _refuse_alignment(*args, **kwargs):
+    raise AssertionError("aligned although vLLM 0.33 takes the naive path here")
+
+
+@pytest.mark.parametrize("dtype,block_shape,tol", DTYPES)
+def test_twin_takes_vllms_naive_path_at_few_slots_per_expert(
+    dtype, block_shape, tol, monkeypatch, poison_empty
+):
+    """M * top_k * 4 <= E: vLLM 0.33 skips alignment (one block per slot), so the twin does."""
+    fused_moe_module = importlib.import_module("moetune.kernel.fused_moe")  # not the function
+    M, E, top_k, N, K = 2, 16, 2, 32, 64
+    problem = make_problem(M, E, N, K, top_k, dtype, block_shape, device=DEVICE, seed=9)
+    weights, ids = naive_routing(problem.router_logits, top_k)
+    monkeypatch.setattr(fused_moe_module, "align_block_size", _refuse_alignment)
+    out = fused_experts(problem.x, problem.w1, problem.w2, weights, ids, quant=problem.quant)
+    ref = naive_fused_experts(problem.x, problem.w1, problem.w2, weights, ids, quant=problem.quant)
+    assert_close(f"naive path {dtype}", ref, out, tol)
+
+
+def test_twin_aligns_where_vllm_does():
+    """One slot more than E / 4, ids of other ranks, int4's groups or SGLang's TMA: aligned."""
+    from moetune.kernel.fused_moe import naive_assignment
+    from moetune.kernel.quant import MoEQuant
+    from moetune.kernel.tma import split_configs
+
+    config = default_config(1, 16, 32, 64, 2, "bf16")
+    plain, tma = split_configs(config, None), split_configs(dict(config, USE_TMA=True), None)
+    assert naive_assignment(None, 4, 16, None, plain)
+    assert not naive_assignment(None, 5, 16, None, plain)
+    assert not naive_assignment(None, 4, 16, None, tma)
+    int4 = MoEQuant("int4_w4a16", None, None, group_size=128)
+    assert not naive_assignment(None, 4, 16, int4, plain)
+    fp8 = MoEQuant("fp8_w8a8", None, None, block_shape=(128, 128))
+    assert naive_assignment(None, 4, 16, fp8, plain)
+
+    problem = make_problem(2, 16, 32, 64, 2, "fp16", device=DEVICE, seed=10)
+    weights, ids = naive_routing(problem.router_logits, 2)
+    ids[1, 1] = -1
+    out = fused_experts(
+        problem.x, problem.w1, problem.w2, weights, ids, ids_may_be_nonlocal=True
+    )  # aligned: the naive path has no slot to skip
+    ref = naive_fused_experts(problem.x, problem.w1, problem.w2, weights, ids)
+    assert_close("other ranks at few slots", ref, out, 1e-3)
