@@ -290,12 +290,13 @@ def swap_ab_candidates(
 ) -> list[Candidate]:
     """The 8-row twins of the space's BLOCK_SIZE_M=16 tiles, where the timed kernel swaps.
 
-    vLLM 0.33's and SGLang 0.5.23's kernels swap A and B (``SWAP_AB``) for fp8_w8a8
-    on compute capability 9.0 when BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64: the
-    tokens become the dot's N, so an 8-row tile is legal (vLLM ships such configs for
-    decode). Only the engines' own kernels swap; moetune's twin does not.
+    vLLM 0.33's and SGLang 0.5.23's kernels, and moetune's twin (vLLM's rule,
+    `moetune.kernel.fused_moe_kernel.swaps_ab`), swap A and B (``SWAP_AB``) for
+    fp8_w8a8 on compute capability 9.0 when BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64:
+    the tokens become the dot's N, so an 8-row tile is legal (vLLM ships such configs
+    for decode).
     """
-    if problem.kernel is None or problem.dtype != "fp8_w8a8" or limits.compute_capability != (9, 0):
+    if problem.dtype != "fp8_w8a8" or limits.compute_capability != (9, 0):
         return []
     return sorted(
         {

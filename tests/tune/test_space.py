@@ -19,6 +19,7 @@ from moetune.tune.space import (
     max_row_blocks,
     prune,
     shared_memory_lower_bound,
+    swap_ab_candidates,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -359,3 +360,34 @@ def test_pruning_against_the_h200_run(store, problem):
     assert all(
         shared_memory_lower_bound(r.candidate, problem, H200) > limit for r in out_of_resources
     )
+
+
+SWAP_SPACE = [
+    Candidate(16, 64, 128, 1, 4, 3),
+    Candidate(16, 128, 128, 16, 4, 4),
+    Candidate(16, 32, 128, 1, 4, 3),  # BLOCK_SIZE_N < 64: no swap
+    Candidate(32, 128, 128, 16, 4, 3),  # swaps, but its 8-row twin is the 16-row one's
+    Candidate(64, 128, 128, 16, 4, 3),
+]
+TWIN_FP8 = DEEPSEEK_V3_TP8  # kernel None: moetune's twin
+
+
+def test_swap_ab_candidates_add_8_row_tiles_where_the_twin_swaps():
+    """The twin swaps fp8 tiles on compute capability 9.0 (vLLM 0.33's rule): BLOCK_SIZE_M=8
+    twins of the 16-row tiles at least 64 wide."""
+    added = swap_ab_candidates(SWAP_SPACE, TWIN_FP8, H200)
+    assert added == [Candidate(8, 64, 128, 1, 4, 3), Candidate(8, 128, 128, 16, 4, 4)]
+
+
+@pytest.mark.parametrize(
+    "problem,limits",
+    [
+        (QWEN3_30B, H200),  # bf16: no swap
+        (TuneProblem(128, 768, 2048, 8, "int8_w8a8", per_channel=True), H200),
+        (TWIN_FP8, replace(H200, compute_capability=(10, 0))),
+        (TWIN_FP8, replace(H200, compute_capability=None)),
+    ],
+    ids=["bf16", "int8_w8a8", "sm100", "unknown-device"],
+)
+def test_swap_ab_candidates_only_where_a_and_b_swap(problem, limits):
+    assert swap_ab_candidates(SWAP_SPACE, problem, limits) == []
