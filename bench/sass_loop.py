@@ -1,31 +1,42 @@
-"""The K loop of the fused-MoE GEMM kernels in SASS, compiled for sm_90 without a GPU.
+"""The fused-MoE GEMM kernels in SASS, compiled for sm_90a without a GPU.
 
-Compiles moetune's kernel (this tree, and a044f6c's from bench/parity_baseline/) and,
-with `--vllm-ref`, vLLM's ``fused_moe_kernel`` (see bench/parity.py) ahead of time for
-an H100/H200 (sm_90a) with the installed Triton, assembles the PTX with Triton's bundled
-ptxas and prints, per kernel and config: registers, spill bytes and the SASS
-instructions of the main K loop (the basic block from the first instruction of the
-loop to its backward branch), with its most common opcodes.
+Compiles kernels ahead of time for an H100/H200 (sm_90a) with the installed Triton,
+assembles the PTX with Triton's bundled ptxas and prints, per kernel and config:
+registers, spill bytes and the SASS instructions of the main K loop (the basic block
+from the first instruction of the loop to its backward branch), with its most common
+opcodes, and whether each kernel's whole SASS equals vLLM's. To see the H200's code
+generation, put its Triton first on the path, e.g. ``pip install --target /tmp/t36
+triton==3.6.0`` then ``PYTHONPATH=/tmp/t36:$PWD``.
 
-This is how the large-tile gap of ../shared/notes/fidelity-h200.md was located
-without a GPU: at 128 x 256 x 64 (bf16, 8 warps) the a044f6c kernel's loop was 132
-instructions (48 IMAD: 64-bit pointer advances and moves) against 106 in vLLM's.
-To see the H200's code generation, put its Triton first on the path, e.g.
-``pip install --target /tmp/t36 triton==3.6.0`` then ``PYTHONPATH=/tmp/t36``.
+Default mode: moetune's twin (``moetune.kernel.fused_moe_kernel``) against vLLM 0.33's
+``fused_moe_kernel``, compiled from vLLM's own ``fused_moe.py`` (`--vllm-ref`, read by
+`moetune.engines.source`: only its ``@triton.jit`` functions run). Each kernel is
+specialized from the arguments its own launcher passes: vLLM's through
+`moetune.engines.launch.vllm_0_33.launch` (vLLM 0.33's ``invoke_fused_moe_triton_kernel``,
+on compute capability 9.0), the twin's through `invoke_fused_moe_gemm` on a device of
+capability 9.0, both on the same (meta) tensors of a real shape at batch size M:
+alignment as moetune builds it, or vLLM's naive assignment where vLLM takes it
+(``M * top_k * 4 <= E``). Every argument is specialized as Triton's launcher does (an
+int equal to 1 and None become constexprs, multiples of 16 get divisibility 16); the
+runtime arguments of the two launches must specialize alike. `--path` picks the
+quantization (bf16, fp16, fp8-tensor, fp8-channel, fp8-block, int8-channel, int8-w8a16,
+or all), `--down` the down GEMM (routed weights, top_k 1); configs are
+BM/BN/BK/GROUP_M/warps/stages. Results: bench/results/sass-vllm033-2026-12-02/.
+
+    PYTHONPATH=/tmp/t36:$PWD python bench/sass_loop.py --path fp8-block --M 256 \
+        --vllm-ref /work/engines/src/vllm/model_executor/layers/fused_moe/fused_moe.py \
+        --configs 16/128/128/16/4/3,64/128/128/16/4/3
 
 With ``--int4 M`` it compiles the int4 w4a16 kernels instead (moetune's
 ``fused_moe_wna16_kernel``, f4d2565's copy in bench/parity_baseline/ and, with
-``--vllm-ref``, vLLM's ``fused_moe_kernel_gptq_awq``) at Qwen3-30B-A3B int4's shape
-(E=128, N=768, K=2048, group 128; up GEMM top_k 8, ``--down`` top_k 1 with routed
-weights), every argument specialized as the launchers pass it for batch size M, with
-configs BM/BN/BK/GROUP_M/warps/stages; it adds the loop's memory instructions and
-whether each kernel's whole SASS equals vLLM's. Results: bench/results/sass-int4-2026-12-01/.
+``--vllm-ref``, vLLM's ``fused_moe_kernel_gptq_awq`` saved to a file, see bench/parity.py)
+at Qwen3-30B-A3B int4's shape (E=128, N=768, K=2048, group 128; up GEMM top_k 8,
+``--down`` top_k 1 with routed weights), every argument specialized as the launchers
+pass it for batch size M; it adds the loop's memory instructions. Results:
+bench/results/sass-int4-2026-12-01/.
 
     python bench/sass_loop.py --int4 256 --down --vllm-ref .vllm_ref/fused_moe_kernel_gptq_awq.py \
         --configs 64/32/128/16/4/3,16/32/256/16/4/4
-
-    python bench/sass_loop.py --vllm-ref .vllm_ref/fused_moe_kernel_13cb3e44.py \\
-        --configs 128/256/64/8/4,128/128/64/8/3 --down
 """
 
 from __future__ import annotations
@@ -42,60 +53,157 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
+from moetune.kernel.config import CONFIG_KEYS  # noqa: E402
 
-def signature(fn, config: tuple[int, ...], *, fp8: bool, down: bool, tma: bool):
-    """(signature, constexprs, attrs) of one specialization, as Triton's launcher builds them."""
-    import triton.language as tl
+# Real shapes: (E, N intermediate per expert, K hidden, top_k).
+SHAPES = {"qwen3-30b-a3b": (128, 768, 2048, 8), "deepseek-v3-tp8": (256, 256, 7168, 8)}
+# path: (shape, activation/weight dtype, quant_dtype, per_channel, block_shape)
+PATHS = {
+    "bf16": ("qwen3-30b-a3b", "bf16", None, False, None),
+    "fp16": ("qwen3-30b-a3b", "fp16", None, False, None),
+    "fp8-tensor": ("qwen3-30b-a3b", "fp8", "fp8_w8a8", False, None),
+    "fp8-channel": ("qwen3-30b-a3b", "fp8", "fp8_w8a8", True, None),
+    "fp8-block": ("deepseek-v3-tp8", "fp8", "fp8_w8a8", False, (128, 128)),
+    "int8-channel": ("qwen3-30b-a3b", "int8", "int8_w8a8", True, None),
+    "int8-w8a16": ("qwen3-30b-a3b", "w8a16", "int8_w8a16", False, None),
+}
+# The configs each path is checked at by default (BM/BN/BK/GROUP_M/warps/stages):
+# small and large tiles, and the 8-row tiles fp8 swaps A and B for on sm90.
+DEFAULT_CONFIGS = {
+    "bf16": "16/64/128/1/4/3,64/128/64/16/4/3,128/256/64/16/8/4",
+    "fp16": "16/64/128/1/4/3,64/128/64/16/4/3,128/256/64/16/8/4",
+    "fp8-tensor": "8/64/128/16/4/5,16/64/128/1/4/4,64/128/128/16/4/3,128/256/128/16/8/3",
+    "fp8-channel": "8/64/128/16/4/5,16/64/128/1/4/4,64/128/128/16/4/3",
+    "fp8-block": "8/64/128/16/4/5,16/128/128/16/4/3,64/128/128/16/4/3,128/128/128/16/8/3",
+    "int8-channel": "16/64/128/1/4/4,64/128/128/16/4/3,128/256/128/16/8/3",
+    "int8-w8a16": "16/64/128/1/4/4,64/128/64/16/4/3,128/256/64/16/8/4",
+}
+SM90 = (9, 0)
 
-    bm, bn, bk, _, _ = config
-    element = "fp8e4nv" if fp8 else "bf16"
-    group = 128 if fp8 else 0
-    top_k = 1 if down else 8
-    values = dict(
-        GROUP_N=group, GROUP_K=group, group_n=group, group_k=group,
-        BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=16, SPLIT_K=1,
-        MUL_ROUTED_WEIGHT=down, TOP_K=top_k, top_k=top_k,
-        COMPUTE_TYPE=tl.bfloat16, compute_type=tl.bfloat16,
-        USE_FP8_W8A8=fp8, use_fp8_w8a8=fp8, use_int8_w8a8=False, USE_INT8_W8A16=False,
-        use_int8_w8a16=False, per_channel_quant=False, HAS_BIAS=False, EVEN_K=True,
-        INTERPRETER_BF16=False, C_SORTED=tma and not down,
-    )  # fmt: skip
-    operands = {"a_ptr": element, "w_ptr": element, "b_ptr": element, "c_ptr": "bf16"}
-    names = fn.arg_names
-    sig, constexprs = {}, {}
-    for name in names:
-        index = (names.index(name),)
-        if name.endswith("_ptr"):
-            default = "i32" if ("ids" in name or "padded" in name) else "fp32"
-            sig[name] = "*" + operands.get(name, default)
-        elif name in ("a_desc", "w_desc"):
-            if tma and (down or name == "w_desc"):
-                box = [bm, bk] if name == "a_desc" else [1, bn, bk]
-                sig[name] = f"tensordesc<{element}[{','.join(map(str, box))}]>"
-            else:
-                sig[name], constexprs[index] = "constexpr", None
-        elif name in values:
-            sig[name], constexprs[index] = "constexpr", values[name]
-        elif name in ("stride_ak", "stride_wk", "stride_bk", "stride_cn"):
-            sig[name], constexprs[index] = "constexpr", 1
-        else:
-            sig[name] = "i32"
-    aligned = (
-        "N",
-        "K",
-        "stride_am",
-        "stride_we",
-        "stride_wn",
-        "stride_be",
-        "stride_bn",
-        "stride_cm",
+
+def gemm_launch(path: str, config: dict, *, down: bool, M: int) -> dict:
+    """The keyword arguments of one GEMM launch (`invoke_fused_moe_gemm`'s), on meta tensors.
+
+    Shapes are the real model's at batch size M; alignment as moetune builds it
+    (`moetune.kernel.align.max_padded_slots`), or vLLM 0.33's naive assignment.
+    """
+    import torch
+
+    from moetune.engines.launch import vllm_0_33
+    from moetune.kernel.align import max_padded_slots
+
+    shape, kind, quant_dtype, per_channel, block_shape = PATHS[path]
+    experts, n, k, top_k = SHAPES[shape]
+    slots = M * top_k
+    rows, inner, outer = (slots, n, k) if down else (M, k, 2 * n)
+    meta = dict(device="meta")
+    compute = torch.float16 if kind == "fp16" else torch.bfloat16
+    element = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}.get(kind, compute)
+    a = torch.empty(rows, inner, dtype=element, **meta)
+    w = torch.empty(experts, outer, inner, dtype=torch.int8 if kind == "w8a16" else element, **meta)
+    c_shape = (M, top_k, outer) if down else (slots, outer)
+    c = torch.empty(*c_shape, dtype=compute, **meta)
+    a_scale = w_scale = None
+    f32 = dict(dtype=torch.float32, **meta)
+    if block_shape is not None:
+        bn, bk = block_shape
+        a_scale = torch.empty(rows, -(-inner // bk), **f32)
+        w_scale = torch.empty(experts, -(-outer // bn), -(-inner // bk), **f32)
+    elif per_channel:
+        a_scale, w_scale = torch.empty(rows, 1, **f32), torch.empty(experts, outer, **f32)
+    elif quant_dtype == "fp8_w8a8":
+        a_scale, w_scale = torch.empty(1, **f32), torch.empty(experts, **f32)
+    elif quant_dtype == "int8_w8a16":
+        w_scale = torch.empty(experts, outer, **f32)
+    bm = config["BLOCK_SIZE_M"]
+    ids = dict(dtype=torch.int32, **meta)
+    if vllm_0_33.naive_assignment(slots, experts, quant_dtype, block_shape):
+        sorted_ids, expert_ids = None, torch.empty(slots, **ids)
+    else:
+        padded = max_padded_slots(slots, bm, experts)
+        sorted_ids, expert_ids = torch.empty(padded, **ids), torch.empty(padded // bm, **ids)
+    return dict(
+        a=a,
+        w=w,
+        c=c,
+        a_scale=a_scale,
+        w_scale=w_scale,
+        topk_weights=torch.empty(M, top_k, **f32) if down else None,
+        sorted_token_ids=sorted_ids,
+        expert_ids=expert_ids,
+        num_tokens_post_padded=torch.empty(1, **ids),
+        mul_routed_weight=down,
+        top_k=1 if down else top_k,
+        config=config,
+        quant_dtype=quant_dtype,
+        block_shape=block_shape,
+        per_channel=per_channel,
     )
-    attrs = {
-        (names.index(n),): [["tt.divisibility", 16]]
-        for n in names
-        if n.endswith("_ptr") or n in aligned
-    }
-    return sig, constexprs, attrs
+
+
+class _Capture:
+    """Stands in for a JIT kernel: records ``kernel[grid](*args, **kwargs)``."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+def captured_launches(path: str, config: dict, *, down: bool, M: int) -> dict:
+    """{"vllm": (grid, args, kwargs), "moetune": ...}: what each launcher passes its kernel."""
+    import moetune.kernel.fused_moe_kernel as twin
+    from moetune.engines.launch import vllm_0_33
+
+    launch = gemm_launch(path, config, down=down, M=M)
+    vllm = _Capture()
+    vllm_0_33.launch(vllm, **launch, capability=SM90)
+    kernel, capability = twin.fused_moe_kernel, twin.device_capability
+    twin.fused_moe_kernel, twin.device_capability = _Capture(), lambda tensor: SM90
+    try:
+        twin.invoke_fused_moe_gemm(**launch)
+        moetune = twin.fused_moe_kernel
+    finally:
+        twin.fused_moe_kernel, twin.device_capability = kernel, capability
+    return {"vllm": vllm.calls[0], "moetune": moetune.calls[0]}
+
+
+def launch_signature(fn, args: tuple, kwargs: dict):
+    """(signature, constexprs, attrs, options, runtime specs) of `fn` launched with these
+    arguments, specialized as Triton's launcher specializes them."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    kwargs = dict(kwargs)
+    options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
+    values = dict(zip([p.name for p in fn.params], args, strict=False))
+    values.update(kwargs)
+    sig, constexprs, attrs, runtime = {}, {}, {}, []
+    for i, param in enumerate(fn.params):
+        value = values[param.name] if param.name in values else param.default
+        if param.is_constexpr:
+            sig[param.name], constexprs[(i,)] = "constexpr", value
+            continue
+        kind, spec = native_specialize_impl(BaseBackend, value, False, True, True)
+        sig[param.name] = kind
+        if kind == "constexpr":
+            constexprs[(i,)] = value
+            continue
+        if spec == "D":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        runtime.append((param.name, kind, spec))
+    return sig, constexprs, attrs, options, runtime
+
+
+def load_vllm033_kernel(path: Path):
+    """vLLM 0.33's ``fused_moe_kernel`` from its ``fused_moe.py``, or a one-line SystemExit."""
+    from moetune.engines.source import load_jit_functions
+
+    kernel = load_jit_functions(path, ("fused_moe_kernel",))["fused_moe_kernel"]
+    if "naive_block_assignment" not in kernel.arg_names:
+        raise SystemExit(f"{path}: not vLLM 0.33's fused_moe_kernel (no naive_block_assignment)")
+    return kernel
 
 
 # Qwen3-30B-A3B int4 (E=128, N=768, K=2048, group 128): (N, K, top_k) of each GEMM.
@@ -179,30 +287,17 @@ def ptxas_path(ptx: str) -> str:
     return str(folder / "ptxas-blackwell")
 
 
-def analyse(
-    fn,
-    config,
-    *,
-    fp8: bool,
-    down: bool,
-    tma: bool,
-    int4_m: int = 0,
-    zp: bool = False,
-    sass_out: str = "",
-) -> dict:
-    """Registers, spills and the K loop's SASS of one specialization (int4_m > 0: int4)."""
+def analyse(fn, signature, options: dict, *, int4: bool = False, sass_out: str = "") -> dict:
+    """Registers, spills and the K loop's SASS of one specialization (sig, constexprs, attrs)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if int4_m:
-        sig, constexprs, attrs = int4_signature(fn, config, down=down, M=int4_m, zp=zp)
-    else:
-        sig, constexprs, attrs = signature(fn, config, fp8=fp8, down=down, tma=tma)
+    sig, constexprs, attrs = signature
     compiled = triton.compile(
         ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
         target=GPUTarget("cuda", 90, 32),
-        options=dict(num_warps=config[-2], num_stages=config[-1]),
+        options=options,
     )
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -227,7 +322,7 @@ def analyse(
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     lines = [line for line in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4}\*/", line)]
     address = [int(re.match(r"\s*/\*([0-9a-f]{4})\*/", line).group(1), 16) for line in lines]
-    mma = [i for i, line in enumerate(lines) if "GMMA" in line or "HMMA" in line]
+    mma = [i for i, line in enumerate(lines) if re.search(r"\b[A-Z]*MMA\b", line)]
     loop = []
     for i in range(mma[-1] if mma else 0, len(lines)):
         target = re.search(r"BRA\s+0x([0-9a-f]+)", lines[i])
@@ -247,30 +342,37 @@ def analyse(
         "registers": int(regs.group(1)) if regs else None,
         "spill_bytes": sum(map(int, spills.groups())) if spills else None,
         "loop_instructions": len(loop),
-        "loop_top_ops": ops.most_common(5 if not int4_m else 8),
-        **({"loop_memory": dict(sorted(memory.items()))} if int4_m else {}),
+        "loop_top_ops": ops.most_common(8 if int4 else 5),
+        **({"loop_memory": dict(sorted(memory.items()))} if int4 else {}),
         "_opcodes": [re.sub(r"^\s*/\*[0-9a-f]{4}\*/\s*", "", line).split(";")[0] for line in lines],
     }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vllm-ref", help="vLLM's fused_moe_kernel source (bench/parity.py)")
     parser.add_argument(
-        "--configs", default="128/256/64/8/4,128/128/64/8/3", help="BM/BN/BK/warps/stages,..."
+        "--vllm-ref",
+        help="vLLM 0.33's fused_moe.py (default mode), or with --int4 vLLM's saved "
+        "fused_moe_kernel_gptq_awq source (bench/parity.py)",
     )
-    parser.add_argument("--fp8", action="store_true", help="block fp8 [128, 128] instead of bf16")
+    parser.add_argument(
+        "--path", default="all", choices=[*PATHS, "all"], help="quantization path (default all)"
+    )
+    parser.add_argument(
+        "--configs",
+        help="BM/BN/BK/GROUP_M/warps/stages,... (default: each path's DEFAULT_CONFIGS)",
+    )
+    parser.add_argument("--M", default="256", help="batch sizes, comma-separated (default 256)")
     parser.add_argument(
         "--down", action="store_true", help="the down GEMM (routed weight, top_k 1)"
     )
-    parser.add_argument("--tma", action="store_true", help="moetune with SGLang's TMA operands")
     parser.add_argument(
         "--int4",
         type=int,
         default=0,
         metavar="M",
         help="the int4 w4a16 kernels (moetune's wna16, f4d2565's, vLLM's gptq_awq) at Qwen3-30B "
-        "int4's shape for batch size M; --configs then BM/BN/BK/GROUP_M/warps/stages",
+        "int4's shape for batch size M",
     )
     parser.add_argument("--zp", action="store_true", help="--int4 with zero points")
     parser.add_argument("--sass-dir", help="write each kernel's full SASS there")
@@ -280,26 +382,84 @@ def main(argv=None) -> int:
 
     if args.int4:
         return main_int4(args, parity, triton)
+    if not args.vllm_ref:
+        raise SystemExit("--vllm-ref: vLLM 0.33's fused_moe.py is needed")
+    import moetune.kernel.fused_moe_kernel as twin
 
-    kernels = {
-        "moetune": parity.load_module(
-            Path(__file__).resolve().parents[1] / "moetune" / "kernel" / "fused_moe_kernel.py",
-            "moetune_kernel_here",
-        ).fused_moe_kernel,
-        "before": parity.load_module(parity.BASELINE, "moetune_kernel_a044f6c").fused_moe_kernel,
-    }
-    if args.vllm_ref and Path(args.vllm_ref).exists():
-        kernels["vllm"] = parity.load_vllm_kernel(Path(args.vllm_ref))
-    print(f"Triton {triton.__version__}, sm_90a, {'fp8 block' if args.fp8 else 'bf16'}, "
-          f"{'down' if args.down else 'up'} GEMM{', TMA' if args.tma else ''}")  # fmt: skip
-    for text in args.configs.split(","):
-        config = tuple(int(v) for v in text.split("/"))
-        for name, fn in kernels.items():
-            tma = args.tma and name == "moetune"
-            result = analyse(fn, config, fp8=args.fp8, down=args.down, tma=tma)
-            result.pop("_opcodes")
-            print(f"{text:>16} {name:>8}: {result}")
-    return 0
+    kernels = {"moetune": twin.fused_moe_kernel, "vllm": load_vllm033_kernel(Path(args.vllm_ref))}
+    gemm = "down" if args.down else "up"
+    paths = list(PATHS) if args.path == "all" else [args.path]
+    all_same = True
+    for path in paths:
+        for M in (int(m) for m in args.M.split(",")):
+            print(f"Triton {triton.__version__}, sm_90a, {path}, {gemm} GEMM, M={M}", flush=True)
+            for text in (args.configs or DEFAULT_CONFIGS[path]).split(","):
+                config = dict(zip(CONFIG_KEYS, (int(v) for v in text.split("/")), strict=True))
+                same = compare_launches(kernels, path, config, text, M=M, args=args)
+                all_same = all_same and same
+    print(f"all whole-SASS identical: {all_same}")
+    return 0 if all_same else 1
+
+
+# vLLM's runtime arguments the twin lacks: the bias strides (no bias on these paths).
+VLLM_ONLY_ARGS = ("stride_bbe", "stride_bbn")
+
+
+def alike(moetune: tuple, vllm: tuple) -> bool:
+    """Same grid, and the same runtime arguments in the same order, specialized alike
+    (names aside); vLLM's trailing bias strides are unused."""
+    (grid, ours), (vllm_grid, theirs) = moetune, vllm
+    extra = [name for name, _, _ in theirs[len(ours) :]]
+    return (
+        grid == vllm_grid
+        and [spec[1:] for spec in ours] == [spec[1:] for spec in theirs[: len(ours)]]
+        and all(name in VLLM_ONLY_ARGS for name in extra)
+    )
+
+
+def compare_launches(kernels: dict, path: str, config: dict, text: str, *, M: int, args) -> bool:
+    """Compile both kernels as their launchers launch them; print and return SASS equality."""
+    gemm = "down" if args.down else "up"
+    launches = captured_launches(path, config, down=args.down, M=M)
+    opcodes, specs, notes = {}, {}, {}
+    for name, fn in kernels.items():
+        grid, call_args, call_kwargs = launches[name]
+        sig, constexprs, attrs, options, runtime = launch_signature(fn, call_args, call_kwargs)
+        specs[name] = (grid, runtime)
+        notes[name] = {
+            key: call_kwargs[key]
+            for key in (
+                "naive_block_assignment",
+                "NAIVE_BLOCK_ASSIGNMENT",
+                "SWAP_AB",
+                "BLOCK_SIZE_K",
+            )
+            if key in call_kwargs
+        }
+        sass_out = ""
+        if args.sass_dir:
+            Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
+            sass_out = f"{args.sass_dir}/{path}_{gemm}_M{M}_{text.replace('/', '-')}_{name}.sass"
+        result = analyse(fn, (sig, constexprs, attrs), options, sass_out=sass_out)
+        opcodes[name] = result.pop("_opcodes")
+        print(f"{text:>18} {name:>8}: {notes[name]} {result}", flush=True)
+    same_launch = alike(specs["moetune"], specs["vllm"])
+    same = opcodes["moetune"] == opcodes["vllm"]
+    detail = ""
+    if not same:
+        first = next(
+            (i for i, (x, y) in enumerate(zip(*opcodes.values(), strict=False)) if x != y),
+            min(map(len, opcodes.values())),
+        )
+        detail = f" (first difference at instruction {first} of {len(opcodes['moetune'])}/" + (
+            f"{len(opcodes['vllm'])})"
+        )
+    print(
+        f"{text:>18}  grid and runtime arguments specialized alike: {same_launch}; "
+        f"whole SASS identical: {same}{detail}",
+        flush=True,
+    )
+    return same and same_launch
 
 
 def main_int4(args, parity, triton) -> int:
@@ -326,16 +486,9 @@ def main_int4(args, parity, triton) -> int:
             if args.sass_dir:
                 Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
                 sass_out = f"{args.sass_dir}/{gemm}_{text.replace('/', '-')}_{name}.sass"
-            result = analyse(
-                fn,
-                config,
-                fp8=False,
-                down=args.down,
-                tma=False,
-                int4_m=args.int4,
-                zp=args.zp,
-                sass_out=sass_out,
-            )
+            signature = int4_signature(fn, config, down=args.down, M=args.int4, zp=args.zp)
+            options = dict(num_warps=config[-2], num_stages=config[-1])
+            result = analyse(fn, signature, options, int4=True, sass_out=sass_out)
             opcodes[name] = result.pop("_opcodes")
             print(f"{text:>18} {name:>8}: {result}", flush=True)
         if "vllm" in opcodes:
