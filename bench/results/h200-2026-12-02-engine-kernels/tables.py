@@ -49,6 +49,7 @@ def main() -> int:
         ("vLLM 0.33.0", HERE / "call1" / "fidelity_vllm.jsonl"),
         ("vLLM 0.33.0 (Mixtral)", HERE / "call2" / "fidelity_vllm_mixtral.jsonl"),
         ("SGLang 0.5.23", HERE / "call1" / "fidelity_sglang.jsonl"),
+        ("vLLM 0.33.0, after the twin's rewrite", HERE / "call5" / "fidelity_vllm_twin_rev2.jsonl"),
     ):
         print(f"\n## Rank fidelity, twin vs {name}\n")
         out = subprocess.run(
