@@ -1,7 +1,6 @@
 """Print this folder's Markdown tables from its raw files (python tables.py)."""
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -19,22 +18,29 @@ def tune_table(path: Path) -> str:
     lines = [head + " |", "|---:|---|---:|" + "---:|" * len(keys)]
     for row in data["results"]:
         c = row["config"]
-        config = "/".join(
-            str(c[k])
-            for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
-        ) + f"/{c['num_warps']}/{c['num_stages']}"
+        config = (
+            "/".join(
+                str(c[k]) for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
+            )
+            + f"/{c['num_warps']}/{c['num_stages']}"
+        )
         cells = [
             f"{row['baselines'][k]['latency_us']:.1f} ({row['baselines'][k]['speedup']:.3f}x)"
             for k in keys
         ]
-        lines.append(f"| {row['batch_size']} | {config} | {row['latency_us']:.1f} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {row['batch_size']} | {config} | {row['latency_us']:.1f} | "
+            + " | ".join(cells)
+            + " |"
+        )
     geo = ", ".join(f"{k} {v:.3f}x" for k, v in data["geomean_speedup"].items())
-    worst = {
-        k: min(r["baselines"][k]["speedup"] for r in data["results"]) for k in keys
-    }
+    worst = {k: min(r["baselines"][k]["speedup"] for r in data["results"]) for k in keys}
     lines.append("")
-    lines.append(f"Geomean speedup: {geo}. Lowest per-M speedup: "
-                 + ", ".join(f"{k} {v:.3f}x" for k, v in worst.items()) + ".")
+    lines.append(
+        f"Geomean speedup: {geo}. Lowest per-M speedup: "
+        + ", ".join(f"{k} {v:.3f}x" for k, v in worst.items())
+        + "."
+    )
     return "\n".join(lines)
 
 
@@ -54,7 +60,9 @@ def main() -> int:
         print(f"\n## Rank fidelity, twin vs {name}\n")
         out = subprocess.run(
             [sys.executable, str(ROOT / "bench" / "fidelity.py"), "--report", str(path)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         print(out.stdout.rstrip())
     return 0
