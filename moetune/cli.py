@@ -12,6 +12,9 @@ group and owns the exit codes:
     130  interrupted by SIGINT (Ctrl-C); partial results are already on disk
     143  stopped by SIGTERM; likewise (129: SIGHUP, a closed terminal)
 
+A reader of stdout that goes away early (``moetune archs | head``) is no error:
+the command stops quietly with 0.
+
 Importing this module must stay cheap: `moetune extract` may not import torch
 or triton, so command modules import them inside their functions only.
 """
@@ -53,8 +56,19 @@ def summary_line(command: click.Command) -> str:
     return " ".join(first.split())
 
 
+class _OutputClosed(Exception):
+    """Whoever read stdout has gone (``moetune ... | head``): nothing is wrong, stop quietly."""
+
+
 class _Cli(click.Group):
     """A group whose commands come from COMMANDS; a missing module is skipped."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        # click turns a closed pipe into exit status 1; moetune treats it as success.
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _OutputClosed from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
@@ -130,6 +144,15 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:  # n
 _python_format_warning = warnings.formatwarning
 
 
+def _stop_writing() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush meets no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (an in-process runner)
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with moetune's exit codes (see the module docstring)."""
     if threading.current_thread() is threading.main_thread():
@@ -138,6 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     warnings.formatwarning = _format_warning
     try:
         status = cli.main(args=argv, prog_name="moetune", standalone_mode=False)
+    except _OutputClosed:
+        _stop_writing()
+        sys.exit(0)
+    except SystemExit as exc:
+        # rich answers a closed pipe with SystemExit(1), raised while handling the
+        # BrokenPipeError: a closed pipe all the same.
+        if isinstance(exc.__context__, BrokenPipeError):
+            _stop_writing()
+            sys.exit(0)
+        raise
     except Interrupted as exc:  # a tune: its workers are gone, its results saved
         _ignore_stop_signals()
         click.echo(exc.message, err=True)

@@ -12,6 +12,8 @@ from moetune.commands.options import (
     MAX_TIMEOUT_S,
     GpuList,
     Seconds,
+    batch_size_option,
+    batch_sizes_of,
     default_compile_workers,
     model_options,
     problem_from_options,
@@ -30,13 +32,7 @@ from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
     help="A vLLM/SGLang tuned config file to time (repeatable). SGLang's <name>_down.json "
     "beside it is paired with it, as SGLang does (up GEMM from the file, down from _down).",
 )
-@click.option(
-    "--batch-size",
-    "batch_sizes",
-    type=click.IntRange(min=1),
-    multiple=True,
-    help="Batch size M (repeatable). Default: the engines' 18 (1 ... 4096).",
-)
+@batch_size_option
 @click.option(
     "--gpus", type=GpuList(), help="Comma-separated GPU ids to use (default: every visible GPU)."
 )
@@ -75,7 +71,7 @@ from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
 @click.option("json_", "--json", is_flag=True, help="Print the results as JSON.")
 def benchmark(
     config_files: tuple[Path, ...],
-    batch_sizes: tuple[int, ...],
+    batch_sizes: tuple[tuple[int, ...], ...],
     gpus: tuple[str, ...] | None,
     engine: str,
     compare_dir: Path | None,
@@ -105,7 +101,6 @@ def benchmark(
     from moetune.engines.launch import benchmark_kernel
     from moetune.tune.baselines import engine_baselines, geomean_speedup
     from moetune.tune.runner import kernel_description
-    from moetune.tune.space import DEFAULT_BATCH_SIZES
     from moetune.tune.tuned_file import as_pair, describe, load_tuned_file, same_harness
     from moetune.tune.worker import WorkerPool, WorkUnit
 
@@ -119,7 +114,7 @@ def benchmark(
         click.echo(f"Note: {note}", err=True)
     problem = replace(resolved.problem, kernel=timed_on)
     click.echo(f"Kernel: {kernel_description(problem)}", err=True)
-    sizes = tuple(sorted(set(batch_sizes))) or tuple(DEFAULT_BATCH_SIZES)
+    sizes = batch_sizes_of(batch_sizes)
     devices = worker_devices(gpus, resolved, dry_run=dry_run)
 
     baselines = engine_baselines(

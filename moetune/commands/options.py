@@ -104,6 +104,55 @@ class ListParam(click.ParamType):
         return tuple(dict.fromkeys(items)) if self.many else items[0]
 
 
+# The largest batch size M `tune` and `benchmark` take: 2^20 tokens in one MoE call, far
+# above any engine's (their tuners stop at 4096). Beyond it a number is a typo, and its
+# plan (routing, alignment buffers of M x top_k slots) would be absurd.
+MAX_BATCH_SIZE = 1 << 20
+
+
+class BatchSize(click.ParamType):
+    """A batch size M: a whole number from 1 to `MAX_BATCH_SIZE`."""
+
+    name = "batch size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            if not (text.isascii() and text.isdigit()):
+                self.fail(f"{value!r} is not a batch size (a whole number of tokens)", param, ctx)
+            number = int(text)
+        if not 1 <= number <= MAX_BATCH_SIZE:
+            self.fail(
+                f"batch size {number} is out of range: M is 1 to {MAX_BATCH_SIZE:,} tokens "
+                "(the engines' tuners stop at 4096)",
+                param,
+                ctx,
+            )
+        return number
+
+
+def batch_size_option(command: Callable) -> Callable:
+    """Decorate a click command with --batch-size (comma-separated or repeated), the same
+    rule for every command; it arrives as ``batch_sizes``, a tuple of tuples (`batch_sizes_of`)."""
+    return click.option(
+        "--batch-size",
+        "batch_sizes",
+        type=ListParam(BatchSize(), "M", many=True),
+        multiple=True,
+        help="Batch sizes M (comma-separated or repeated; 1 to "
+        f"{MAX_BATCH_SIZE:,}). Default: the engines' 18 (1 ... 4096).",
+    )(command)
+
+
+def batch_sizes_of(given: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The distinct batch sizes of --batch-size, ascending; the engines' 18 when none given."""
+    from moetune.engines.lookup import ENGINE_BATCH_SIZES
+
+    return tuple(sorted({m for sizes in given for m in sizes})) or tuple(ENGINE_BATCH_SIZES)
+
+
 class Seconds(click.FloatRange):
     """A finite number of seconds in [`min`, `max`] (click's FloatRange lets inf and nan by)."""
 

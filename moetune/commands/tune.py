@@ -10,8 +10,8 @@ import click
 from moetune.commands.options import (
     MAX_TIMEOUT_S,
     GpuList,
-    ListParam,
     Seconds,
+    batch_size_option,
     default_compile_workers,
     model_options,
 )
@@ -25,14 +25,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
 
 @click.command("tune", epilog=FLOOR_HELP)
 @model_options(sweep=True)
-@click.option(
-    "--batch-size",
-    "batch_sizes",
-    type=ListParam(click.IntRange(min=1), "M", many=True),
-    multiple=True,
-    help="Batch sizes M to tune (comma-separated or repeated). "
-    "Default: the engines' 18 (1 ... 4096).",
-)
+@batch_size_option
 @click.option(
     "--save-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -173,12 +166,17 @@ def tune(
     """
     from rich.console import Console
 
-    from moetune.commands.options import layouts_from_options, machine_from_options, worker_devices
+    from moetune.commands.options import (
+        batch_sizes_of,
+        layouts_from_options,
+        machine_from_options,
+        worker_devices,
+    )
     from moetune.engines.launch import resolve_kernels
     from moetune.extract.layouts import resolve_layouts
     from moetune.tune.output import check_space
     from moetune.tune.results_dir import default_save_dir
-    from moetune.tune.space import DEFAULT_BATCH_SIZES, default_space, load_space
+    from moetune.tune.space import default_space, load_space
     from moetune.tune.sweep import (
         plan_sweep,
         run_sweep,
@@ -214,8 +212,7 @@ def tune(
         adapt=_routing_adapter(routing),
         quant_options=model,
         kernels=kernels,
-        batch_sizes=tuple(sorted({m for ms in batch_sizes for m in ms}))
-        or tuple(DEFAULT_BATCH_SIZES),
+        batch_sizes=batch_sizes_of(batch_sizes),
         space=tuple(
             check_space(load_space(space_file), space_file) if space_file else default_space()
         ),
