@@ -375,8 +375,9 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
     problem = TuneProblem.from_sharded(
         report.sharded, dtype, **quant_details(options, kernel, dtype)
     )
-    if kernel.note:
-        notes.insert(0, kernel.note)
+    from moetune.extract.sharding import fewer_experts_note
+
+    notes[:0] = [note for note in (kernel.note, fewer_experts_note(report.sharded)) if note]
     loaded = report.loaded
     split = f"TP{options['tp']}" + (
         " EP" if options["ep"] else f" EP{options['ep_size']}" if options.get("ep_size") else ""

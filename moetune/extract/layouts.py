@@ -3,8 +3,7 @@
 A layout sweep (``moetune tune --tp 1,2,4 --dtype bf16,fp8_w8a8``) expands into
 every combination of the listed values (`expand_layouts`). `resolve_layouts`
 reads the model's config once and shards it for each layout: a layout the
-engines cannot split (experts or intermediate size not divisible, top-k above
-the experts left on a rank) comes back as a `SkippedLayout` with the reason,
+engines cannot split (experts or intermediate size not divisible) comes back as a `SkippedLayout` with the reason,
 never as an error; only the model itself (config, registry) can fail the call.
 
 No torch, no triton: `extract` stays importable on its own.
@@ -22,7 +21,7 @@ from moetune.extract.filenames import KernelDtype, resolve_kernel_dtype
 from moetune.extract.mappings import load_registry
 from moetune.extract.quant import QuantInfo, detect_quantization
 from moetune.extract.shape import Extraction, ShardedShape
-from moetune.extract.sharding import shard
+from moetune.extract.sharding import fewer_experts_note, shard
 from moetune.extract.sources import LoadedConfig, load_config
 
 
@@ -55,6 +54,13 @@ class LayoutShard:
     layout: Layout
     sharded: ShardedShape
     kernel_dtype: KernelDtype
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the plan should say about this layout's kernel (dtype, top-k on a rank)."""
+        return tuple(
+            note for note in (self.kernel_dtype.note, fewer_experts_note(self.sharded)) if note
+        )
 
 
 @dataclass(frozen=True)
@@ -107,11 +113,6 @@ def shard_layout(
         sharded = shard(extraction.shape, tp=layout.tp, ep=layout.ep, ep_size=layout.ep_size)
     except MoetuneError as exc:
         return SkippedLayout(layout, str(exc))
-    if sharded.top_k > sharded.local_experts:
-        return SkippedLayout(
-            layout,
-            f"top-k {sharded.top_k} exceeds the {sharded.local_experts} expert(s) left on a rank",
-        )
     kernel_dtype = resolve_kernel_dtype(extraction.shape, layout.dtype, quant)
     return LayoutShard(layout, sharded, kernel_dtype)
 

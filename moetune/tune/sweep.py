@@ -96,7 +96,7 @@ def group_layouts(
         ShapeGroup(
             problem,
             tuple(s.layout for s in members),
-            tuple(dict.fromkeys(s.kernel_dtype.note for s in members if s.kernel_dtype.note)),
+            tuple(dict.fromkeys(note for s in members for note in s.notes)),
         )
         for problem, members in groups.items()
     ]

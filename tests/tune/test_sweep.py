@@ -73,28 +73,40 @@ def test_layouts_that_cannot_split_are_skipped_with_the_reason(tmp_path):
     layouts = expand_layouts([1, 2, 4], ep_sizes=[2, 4], dtypes=["bf16"])
     plan = sweep(TINY, layouts, tmp_path)
     reasons = {s.layout.label(): s.reason for s in plan.skipped}
-    assert set(reasons) == {"TP1 EP2 bf16", "TP1 EP4 bf16", "TP2 EP4 bf16", "TP4 EP4 bf16"}
+    assert set(reasons) == {"TP1 EP2 bf16", "TP1 EP4 bf16", "TP2 EP4 bf16"}
     assert reasons["TP1 EP2 bf16"].startswith("--ep-size 2 does not divide --tp 1")
-    assert reasons["TP4 EP4 bf16"] == "top-k 2 exceeds the 1 expert(s) left on a rank"
-    assert [g.labels() for g in plan.groups] == [["TP2 EP2 bf16"], ["TP4 EP2 bf16"]]
+    # One expert per rank, top-k 2: valid, as for the engines; the rank's kernel runs top-k 1.
+    assert [g.labels() for g in plan.groups] == [
+        ["TP2 EP2 bf16"],
+        ["TP4 EP2 bf16"],
+        ["TP4 EP4 bf16"],
+    ]
+    assert plan.groups[2].problem.key() == "E=1,N=32,K=64,topk=1,dtype=bf16"
+    assert any("fewer than top-k 2" in note for note in plan.groups[2].notes)
     lines = sweep_lines(plan)
-    assert "Layouts:     6 asked, 2 valid, 2 distinct per-rank shape(s) to tune, 4 skipped" in lines
-    assert any(line.startswith("  TP4 EP4 bf16  skipped: top-k 2 exceeds") for line in lines)
+    assert "Layouts:     6 asked, 3 valid, 3 distinct per-rank shape(s) to tune, 3 skipped" in lines
+    assert any(
+        line.startswith("  TP2 EP4 bf16  skipped: --ep-size 4 does not divide") for line in lines
+    )
     data = sweep_json(plan)
     by_label = {entry["layout"]: entry for entry in data["layouts"]}
     assert by_label["TP2 EP2 bf16"]["shape"] == "E=2,N=32,K=64,topk=2,dtype=bf16"
     assert by_label["TP2 EP2 bf16"]["skipped"] is None
     assert by_label["TP1 EP2 bf16"]["shape"] is None and by_label["TP1 EP2 bf16"]["skipped"]
-    assert [shape["layouts"] for shape in data["shapes"]] == [["TP2 EP2 bf16"], ["TP4 EP2 bf16"]]
+    assert [shape["layouts"] for shape in data["shapes"]] == [
+        ["TP2 EP2 bf16"],
+        ["TP4 EP2 bf16"],
+        ["TP4 EP4 bf16"],
+    ]
 
 
 def test_a_sweep_with_no_valid_layout_is_an_error_naming_each_reason(tmp_path):
-    layouts = expand_layouts([4, 8], ep=True, dtypes=["bf16"])
+    layouts = expand_layouts([8, 16], ep=True, dtypes=["bf16"])
     with pytest.raises(TuneError) as error:
         sweep(TINY, layouts, tmp_path)
     message = str(error.value)
-    assert message.startswith("no layout can be tuned: TP4 EP bf16: top-k 2 exceeds")
-    assert "TP8 EP bf16: --tp 8 --ep cannot split 4 experts" in message
+    assert message.startswith("no layout can be tuned: TP8 EP bf16: --tp 8 --ep cannot split 4")
+    assert "TP16 EP bf16: --tp 16 --ep cannot split 4 experts" in message
 
 
 def test_bf16_and_fp16_write_the_same_file_names_so_the_second_is_skipped(tmp_path):
