@@ -3,6 +3,7 @@
 Each test is the exact repro of one such fault, run in-process as `moetune` runs.
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,81 @@ def test_one_expert_per_rank_tunes_end_to_end_on_the_cpu(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "E=1,N=32,device_name=cpu.json").is_file()
+
+
+# --- the dry run names the files its run writes ------------------------------------
+
+
+def tiny_tune(*extra):
+    space = TINY_MOE.parent / "tiny-space.json"
+    return [
+        "tune",
+        "-m",
+        TINY_MOE,
+        "--space",
+        space,
+        "--engine",
+        "vllm",
+        "--batch-size",
+        "1",
+        *extra,
+    ]
+
+
+def planned_files(out):
+    block = out.split("Will write:\n", 1)[1]
+    return [line.strip() for line in block.splitlines() if line.startswith("  ")]
+
+
+@pytest.mark.slow
+def test_under_the_interpreter_the_dry_run_names_the_files_the_run_writes(
+    capsys, monkeypatch, tmp_path
+):
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    code, out, err = run(capsys, *tiny_tune("--save-dir", tmp_path, "--dry-run"))
+    assert code == 0, err
+    assert planned_files(out) == [str(tmp_path / "E=4,N=32,device_name=cpu.json")]
+    assert "file names say cpu" in err
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", *map(str, tiny_tune("--save-dir", tmp_path, "--json"))],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["files"] == planned_files(out)
+
+
+def test_without_the_interpreter_the_dry_run_names_the_h200_files(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    code, out, err = run(capsys, *tiny_tune("--save-dir", tmp_path, "--dry-run"))
+    assert code == 0, err
+    assert planned_files(out) == [str(tmp_path / "E=4,N=32,device_name=NVIDIA_H200.json")]
+
+
+# --- labels name the dtype auto resolved to ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "label"),
+    [("Qwen/Qwen3-30B-A3B", "TP8 bf16"), ("deepseek-ai/DeepSeek-V3", "TP8 fp8_w8a8")],
+)
+def test_the_plan_labels_a_layout_with_its_resolved_dtype(capsys, model, label):
+    code, out, err = run(
+        capsys, "tune", "-m", model, "--tp", "8", "--dry-run", "--device-name", "NVIDIA_H200",
+        "--batch-size", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    shape = next(line for line in out.splitlines() if line.startswith("Shape:"))
+    assert shape.endswith(f", {label})") and "auto" not in shape
+    code, out, err = run(
+        capsys, "tune", "-m", model, "--tp", "4,8", "--dry-run", "--device-name", "NVIDIA_H200",
+        "--batch-size", "1", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert [entry["layout"] for entry in json.loads(out)["layouts"]][1] == label

@@ -29,6 +29,8 @@ from moetune.extract.filenames import (
 )
 
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", *TUNABLE_ENGINE_DTYPES)
+# The device name of a run on the CPU (TRITON_INTERPRET=1, no GPU): in plans and files alike.
+CPU_DEVICE_NAME = "cpu"
 
 
 def mappings_options(command: Callable) -> Callable:
@@ -313,7 +315,11 @@ class Machine:
 
 
 def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Machine:
-    """The GPUs, the device name for the files, the pruning limits and the Triton version."""
+    """The GPUs, the device name for the files, the pruning limits and the Triton version.
+
+    Without a GPU the names are the CPU's under TRITON_INTERPRET=1 (where a run times on
+    the CPU), else NVIDIA H200's; a dry run names what its run would write.
+    """
     from moetune.extract.filenames import FALLBACK_DEVICE_NAME, installed_triton_version
     from moetune.tune.runner import visible_devices
     from moetune.tune.space import DeviceLimits
@@ -329,22 +335,24 @@ def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> M
         limits = DeviceLimits.from_torch(0)
     else:
         limits = DeviceLimits.h200()
-        if not dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+        interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+        if not dry_run and not interpreted:
             raise TuneError(
                 "no CUDA GPU visible: timing needs one (`moetune tune ... --dry-run` shows the "
                 "plan without a GPU; TRITON_INTERPRET=1 runs the pipeline on the CPU, for "
                 "testing only)"
             )
         if device_name is None:
-            if dry_run:
+            # A plan names the files its run writes: under the interpreter, the CPU's.
+            if interpreted:
+                device_name = CPU_DEVICE_NAME
+                notes.append(
+                    "no GPU visible: timing on the CPU under the Triton interpreter (only "
+                    f"useful for testing); file names say {CPU_DEVICE_NAME} (--device-name)"
+                )
+            else:
                 device_name = FALLBACK_DEVICE_NAME
                 notes.append(f"no GPU visible: file names assume {device_name} (--device-name)")
-            else:
-                device_name = "cpu"
-                notes.append(
-                    "no GPU visible: timing on the CPU under the Triton interpreter "
-                    "(only useful for testing)"
-                )
     return Machine(device_name, installed_triton_version() or "unknown", limits, devices, notes)
 
 

@@ -76,9 +76,14 @@ class KernelDtype:
     static_activations: bool = False
     label: str | None = None  # the checkpoint's quantization scheme, when auto found one
 
+    @property
+    def name(self) -> str:
+        """The kernel dtype in one word: the file-name dtype, else ``bf16`` or ``fp16``."""
+        return self.engine_dtype or ("fp16" if self.activation_dtype == "float16" else "bf16")
+
     def variant(self) -> str:
         """``int4_w4a16 group 128``, ``fp8_w8a8 per-channel``, ``bf16``..."""
-        text = self.engine_dtype or ("fp16" if self.activation_dtype == "float16" else "bf16")
+        text = self.name
         block = self.block_shape
         if block and all(block):
             text += f" block {list(block)}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from moetune.errors import MoetuneError
 from moetune.extract.evaluate import extract_shape
@@ -33,6 +33,9 @@ class Layout:
     ep: bool = False
     ep_size: int | None = None
     dtype: str = "auto"
+    # What `dtype` ("auto" included) resolved to for the model (`resolve_layouts`); labels
+    # show it. Not part of the layout's identity: a resolved layout equals the asked one.
+    resolved_dtype: str | None = field(default=None, compare=False)
 
     def split(self) -> str:
         """``TP2``, ``TP8 EP`` (vLLM) or ``TP8 EP4`` (SGLang)."""
@@ -43,8 +46,9 @@ class Layout:
         return f"TP{self.tp}"
 
     def label(self) -> str:
-        """``TP2 bf16``, ``TP8 EP fp8_w8a8``: how plans and summaries name the layout."""
-        return f"{self.split()} {self.dtype}"
+        """``TP2 bf16``, ``TP8 EP fp8_w8a8``: how plans and summaries name the layout
+        (with the dtype ``auto`` resolved to, once known)."""
+        return f"{self.split()} {self.resolved_dtype or self.dtype}"
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,14 @@ class SkippedLayout:
 
 @dataclass(frozen=True)
 class ResolvedLayouts:
+    """A model's config, its extraction and each asked layout, sharded or skipped."""
+
     loaded: LoadedConfig
     extraction: Extraction
     shards: tuple[LayoutShard, ...]
     skipped: tuple[SkippedLayout, ...]
+    # The asked layouts, each once, dtypes resolved, in the asked order.
+    layouts: tuple[Layout, ...] = ()
 
 
 def expand_layouts(
@@ -108,12 +116,13 @@ def expand_layouts(
 def shard_layout(
     extraction: Extraction, layout: Layout, quant: QuantInfo | None = None
 ) -> LayoutShard | SkippedLayout:
-    """Shard one layout; a split the engines refuse becomes a `SkippedLayout`."""
+    """Shard one layout (its dtype resolved); a split the engines refuse becomes a `SkippedLayout`."""
+    kernel_dtype = resolve_kernel_dtype(extraction.shape, layout.dtype, quant)
+    layout = replace(layout, resolved_dtype=kernel_dtype.name)
     try:
         sharded = shard(extraction.shape, tp=layout.tp, ep=layout.ep, ep_size=layout.ep_size)
     except MoetuneError as exc:
         return SkippedLayout(layout, str(exc))
-    kernel_dtype = resolve_kernel_dtype(extraction.shape, layout.dtype, quant)
     return LayoutShard(layout, sharded, kernel_dtype)
 
 
@@ -137,9 +146,15 @@ def resolve_layouts(
     )
     quant = detect_quantization(loaded.config)
     results = [shard_layout(extraction, layout, quant) for layout in layouts]
+    # `--dtype auto,bf16` on a bf16 checkpoint asks for one layout twice: keep the first.
+    distinct: dict[str, LayoutShard | SkippedLayout] = {}
+    for result in results:
+        distinct.setdefault(result.layout.label(), result)
+    results = list(distinct.values())
     return ResolvedLayouts(
         loaded=loaded,
         extraction=extraction,
         shards=tuple(r for r in results if isinstance(r, LayoutShard)),
         skipped=tuple(r for r in results if isinstance(r, SkippedLayout)),
+        layouts=tuple(r.layout for r in results),
     )

@@ -186,6 +186,7 @@ def plan_sweep(
     `kernels` maps each engine to the kernel its file is timed on (None or absent:
     moetune's twin); engines on different kernels get one plan each.
     """
+    layouts = list(resolved.layouts or layouts)  # as resolved: dtype auto named, each once
     skipped = list(resolved.skipped)
     shards = []
     for shard in resolved.shards:

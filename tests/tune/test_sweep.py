@@ -51,17 +51,17 @@ def test_expand_layouts_is_the_product_in_order_without_duplicates():
 
 
 def test_layouts_with_the_same_shape_share_one_plan_and_one_store(tmp_path):
-    # auto is bf16 for this checkpoint: 4 layouts, 2 shapes.
+    # fp16 and bf16 are different layouts with different shapes; TP1 and TP2 of one dtype
+    # differ in N. auto is bf16 for this checkpoint, so "auto" and "bf16" are one layout.
     layouts = expand_layouts([1, 2], dtypes=["auto", "bf16"])
     plan = sweep(TINY, layouts, tmp_path)
     assert [group.problem.key() for group in plan.groups] == [
         "E=4,N=32,K=64,topk=2,dtype=bf16",
         "E=4,N=16,K=64,topk=2,dtype=bf16",
     ]
-    assert [group.labels() for group in plan.groups] == [
-        ["TP1 auto", "TP1 bf16"],
-        ["TP2 auto", "TP2 bf16"],
-    ]
+    # Labels name the dtype auto resolved to; the layout asked twice is planned once.
+    assert [group.labels() for group in plan.groups] == [["TP1 bf16"], ["TP2 bf16"]]
+    assert [layout.label() for layout in plan.layouts] == ["TP1 bf16", "TP2 bf16"]
     assert [p.problem for p in plan.plans] == [g.problem for g in plan.groups]
     assert {p.store_path for p in plan.plans} == {tmp_path / "measurements.jsonl"}
     assert not plan.skipped
@@ -177,7 +177,7 @@ def test_a_kernel_tune_cannot_time_skips_its_layout_in_a_sweep_and_fails_a_singl
     plan = sweep(static, layouts, tmp_path, space=default_space())
     assert [g.labels() for g in plan.groups] == [["TP2 bf16"]]
     (skipped,) = plan.skipped
-    assert skipped.layout.label() == "TP2 auto"
+    assert skipped.layout.label() == "TP2 fp8_w8a8"  # auto, resolved
     assert skipped.reason.startswith("moetune tune cannot time fp8_w8a8")
     with pytest.raises(TuneError, match="^moetune tune cannot time fp8_w8a8"):
         sweep(static, layouts[:1], tmp_path, space=default_space(), is_sweep=False)
