@@ -225,3 +225,81 @@ def test_the_plan_labels_a_layout_with_its_resolved_dtype(capsys, model, label):
     )  # fmt: skip
     assert code == 0, err
     assert [entry["layout"] for entry in json.loads(out)["layouts"]][1] == label
+
+
+# --- benchmark --config: the file's name is checked against the layout ---------------
+
+
+def benchmark(*extra):
+    return ["benchmark", "-m", "Qwen/Qwen3-30B-A3B", "--config", VLLM_FILE, "--dry-run",
+            "--batch-size", "1", "--device-name", "NVIDIA_H200", *extra]  # fmt: skip
+
+
+def test_benchmark_warns_when_the_file_is_for_another_layout(capsys):
+    code, out, err = run(capsys, *benchmark("--tp", "2"))  # a TP1 file (N=768) timed as TP2
+    assert code == 0, err
+    (warning,) = [line for line in err.splitlines() if line.startswith("Warning:")]
+    assert warning.startswith(f"Warning: --config {VLLM_FILE.name} names N=768, but ")
+    assert "TP2 on this machine is N=384" in warning and "--strict" in warning
+    assert out.startswith("Would time E=128,N=384,")
+
+
+def test_benchmark_strict_refuses_a_file_for_another_layout(capsys):
+    code, out, err = run(capsys, *benchmark("--tp", "2", "--strict"))
+    assert code == 1 and out == ""
+    assert "names N=768" in error_line(err) and "--strict" in error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("extra", "differs"),
+    [
+        (["--dtype", "fp8_w8a8"], "no dtype, but"),
+        (["--device-name", "NVIDIA A100-SXM4-80GB"], "device_name=NVIDIA_H200, but"),
+    ],
+)
+def test_benchmark_checks_the_gpu_and_dtype_in_the_name_too(capsys, extra, differs):
+    code, out, err = run(capsys, *benchmark(*extra, "--strict"))
+    assert code == 1 and differs in error_line(err)
+
+
+def test_benchmark_strict_times_a_file_named_for_the_layout(capsys):
+    code, out, err = run(capsys, *benchmark("--tp", "1", "--strict"))
+    assert code == 0, err
+    assert "Warning" not in err
+
+
+def test_benchmark_dry_run_json_prints_only_json(capsys):
+    code, out, err = run(capsys, *benchmark("--tp", "2", "--json"))
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["problem"].startswith("E=128,N=384,") and plan["dry_run"]
+    (pick,) = plan["picks"]
+    assert pick["batch_size"] == 1
+    assert pick[str(VLLM_FILE)]["config"]["BLOCK_SIZE_M"] == 16
+    assert plan["warnings"] and "names N=768" in plan["warnings"][0]
+    # stderr: the warning, which matters; no text report, no notes (they are in the JSON).
+    assert [line.split(":")[0] for line in err.splitlines()] == ["Warning"]
+
+
+# --- --json: stdout is one JSON document, stderr says nothing the JSON does not -------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["extract", "-m", "Qwen/Qwen3-30B-A3B"],
+        ["check", "-m", "Qwen/Qwen3-30B-A3B"],
+        ["tune", "-m", "Qwen/Qwen3-30B-A3B", "--dry-run", "--batch-size", "1"],
+        ["tune", "-m", "Qwen/Qwen3-30B-A3B", "--tp", "1,2", "--dry-run", "--batch-size", "1"],
+        ["benchmark", "-m", "Qwen/Qwen3-30B-A3B", "--dry-run", "--batch-size", "1"],
+    ],
+    ids=["extract", "check", "tune", "tune-sweep", "benchmark"],
+)
+def test_json_output_is_json_alone_with_its_notes_inside(capsys, args):
+    """No --device-name and no GPU: every command has a note to make, in the JSON."""
+    code, out, err = run(capsys, *args, "--json")
+    assert code in (0, 4), err  # check: 4, no tuned file here
+    data = json.loads(out)
+    assert err == ""
+    notes = data["notes"]
+    assert any("no GPU visible" in note for note in notes), notes

@@ -134,6 +134,7 @@ def check(
                     "triton_version_source": triton_source,
                     "all_present": present,
                     "engines": [item.to_dict() for item in checks],
+                    "notes": list(report.notes),
                 },
                 indent=2,
             )

@@ -301,6 +301,7 @@ class Resolved:
     limits: Any  # DeviceLimits
     devices: tuple[str | None, ...]
     notes: list[str] = field(default_factory=list)
+    split: str = ""  # the layout: TP2, TP8 EP, TP8 EP4
 
 
 @dataclass(frozen=True)
@@ -398,4 +399,5 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         limits=machine.limits,
         devices=machine.devices,
         notes=notes,
+        split=split,
     )

@@ -185,7 +185,8 @@ def tune(
         sweep_summary_json,
     )
 
-    out = Console(stderr=json_, highlight=False)
+    # --json: stdout holds only the JSON (the plan's notes included), stderr only progress.
+    out = Console(quiet=json_, highlight=False)
     err = Console(stderr=True, highlight=False)
     layouts = layouts_from_options(model)
     machine = machine_from_options(model, dry_run=dry_run)
@@ -232,8 +233,10 @@ def tune(
     )
     notes = [note for group in sweep.groups for note in group.notes] + machine.notes
     notes += kernel_notes
-    for note in dict.fromkeys(notes):
-        err.print(f"Note: {note}", markup=False)
+    notes = list(dict.fromkeys(notes))
+    if not json_:
+        for note in notes:
+            err.print(f"Note: {note}", markup=False)
     for line in sweep_lines(sweep):
         out.print(line, markup=False, soft_wrap=True)
     for index, plan in enumerate(sweep.plans):
@@ -245,7 +248,7 @@ def tune(
         )
     if dry_run:
         if json_:
-            click.echo(json.dumps(sweep_json(sweep), indent=2))
+            click.echo(json.dumps({**sweep_json(sweep), "notes": notes}, indent=2))
         return
     count = len(sweep.plans)
 
@@ -270,6 +273,7 @@ def tune(
         exports += [line for line in needed if line not in exports]
     if json_:
         report = sweep_summary_json(result)
+        report["notes"] = list(dict.fromkeys([*notes, *report.get("notes", [])]))
         report["installed"] = installed
         report["exports"] = exports
         click.echo(json.dumps(report, indent=2))

@@ -333,6 +333,30 @@ def sglang_down_config_filename(
     )
 
 
+# An engine's tuned-file name read back (both engines' spellings, SGLang's _down table too).
+_CONFIG_FILE_NAME = re.compile(
+    r"E=(?P<E>\d+),N=(?P<N>\d+),device_name=(?P<device_name>[^,]+?)"
+    r"(?:,dtype=(?P<dtype>\w+))?(?:,block_shape=\[(?P<block_n>\d+), ?(?P<block_k>\d+)\])?"
+    r"(?P<per_channel>,per_channel_quant=True)?(?:_down)?\.json"
+)
+
+
+def config_file_fields(name: str) -> dict[str, str] | None:
+    """What an engine's tuned-file name says: E, N, device_name, dtype and block_shape
+    (dtype ``-`` for the unquantized kernels), or None for a name no engine writes."""
+    match = _CONFIG_FILE_NAME.fullmatch(name)
+    if match is None:
+        return None
+    block = f"[{match['block_n']},{match['block_k']}]" if match["block_n"] else "-"
+    return {
+        "E": match["E"],
+        "N": match["N"],
+        "device_name": match["device_name"],
+        "dtype": match["dtype"] or "-",
+        "block_shape": block,
+    }
+
+
 def sglang_config_folder(triton_version: str) -> str:
     """The folder SGLang reads for a Triton version: ``configs/triton_3_4_0/``."""
     return f"configs/triton_{triton_version.replace('.', '_')}/"
