@@ -303,3 +303,91 @@ def test_json_output_is_json_alone_with_its_notes_inside(capsys, args):
     assert err == ""
     notes = data["notes"]
     assert any("no GPU visible" in note for note in notes), notes
+
+
+# --- messages that mislead ------------------------------------------------------------
+
+
+def test_validate_names_every_missing_field_once(capsys, tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "version: 1\nentries:\n  - name: x\n    architectures: [XForCausalLM]\n    params: {}\n"
+    )
+    code, out, err = run(capsys, "validate", path)
+    assert code == 1
+    missing = [line.split("'")[-2] for line in err.splitlines() if "missing (required)" in line]
+    assert missing == ["params.num_experts", "params.top_k", "params.intermediate_size",
+                       "params.hidden_size"]  # fmt: skip
+    assert error_line(err) == f"Error: {path}: 4 problems"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"hidden_size": 64}, {"architectures": [], "hidden_size": 64}, {"model_type": "acme"}],
+)
+def test_the_suggested_entry_is_valid_yaml_even_without_architectures(capsys, tmp_path, config):
+    import yaml
+
+    from moetune.extract.mappings import validate_file
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = run(capsys, "extract", "-m", path)
+    line = error_line(err)
+    assert code == 1 and ", ," not in line
+    entry = yaml.safe_load(line.split("--mappings file): ", 1)[1].replace("<path>", "a.b"))
+    mappings = tmp_path / "mine.yaml"
+    mappings.write_text(yaml.safe_dump({"version": 1, "entries": [entry]}))
+    assert validate_file(str(mappings)) == []
+
+
+def test_a_group_size_no_tile_can_hold_is_refused_as_such(capsys):
+    code, out, err = run(
+        capsys, "tune", "-m", "Qwen/Qwen3-30B-A3B", "--dtype", "int4_w4a16", "--group-size",
+        "100", "--dry-run", "--batch-size", "1",
+    )  # fmt: skip
+    assert code == 2
+    line = error_line(err)
+    assert "100 is no power of two" in line and "widen" not in line
+
+
+def test_a_problem_no_config_can_run_names_the_rule(capsys):
+    code, out, err = run(
+        capsys, "tune", "-m", "Qwen/Qwen3-30B-A3B", "--dtype", "int4_w4a16", "--group-size",
+        "1024", "--dry-run", "--batch-size", "1",
+    )  # fmt: skip
+    assert code == 1
+    line = error_line(err)
+    assert "rule wna16_blocks removed the last 1920" in line and "group size" in line
+    assert "widen" not in line
+
+
+def test_an_unknown_checkpoint_dtype_is_refused(capsys, tmp_path):
+    config = json.loads((TINY_MOE / "config.json").read_text())
+    config["torch_dtype"] = "float13"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out, err = run(capsys, "extract", "-m", path)
+    assert code == 1
+    line = error_line(err)
+    assert 'dtype is "float13" (field torch_dtype), expected one of bfloat16, float16' in line
+
+
+@pytest.mark.parametrize("version", ["banana", "3.4", "3.4.0/../../x", ""])
+def test_check_refuses_a_triton_version_that_is_none(capsys, version):
+    code, out, err = run(
+        capsys, "check", "-m", "Qwen/Qwen3-30B-A3B", "--triton-version", version,
+        "--device-name", "NVIDIA_H200",
+    )  # fmt: skip
+    assert code == 2 and out == ""
+    assert "is not a Triton version" in error_line(err)
+
+
+@pytest.mark.parametrize("version", ["3.4.0", "3.5.0rc1", "3.3.1+git3b1c9b2b"])
+def test_check_takes_a_real_triton_version(capsys, version):
+    code, out, err = run(
+        capsys, "check", "-m", "Qwen/Qwen3-30B-A3B", "--triton-version", version,
+        "--device-name", "NVIDIA_H200", "--engine", "sglang", "--json",
+    )  # fmt: skip
+    assert code == 4, err  # no file here: but the version is taken
+    assert json.loads(out)["triton_version"] == version

@@ -57,6 +57,19 @@ def check_device_name(ctx: click.Context, param: click.Parameter, value: str | N
     return value
 
 
+def check_group_size(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """Click callback of --group-size: a power of two, or no tile could hold whole groups."""
+    if value is not None and value & (value - 1):
+        raise click.BadParameter(
+            f"{value} is no power of two: an int4 tile's BLOCK_SIZE_K (a power of two) must "
+            "hold whole groups, so the group size must be one too (GPTQ and AWQ use 32, 64 "
+            "or 128)",
+            ctx,
+            param,
+        )
+    return value
+
+
 def device_name_option(command: Callable) -> Callable:
     """Decorate a click command with --device-name (checked by `check_device_name`)."""
     return click.option("--device-name", callback=check_device_name, help=DEVICE_NAME_HELP)(command)
@@ -256,6 +269,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
         click.option(
             "--group-size",
             type=click.IntRange(min=2),
+            callback=check_group_size,
             help=f"int4_w4a16 weight group size along K (default: the checkpoint's, else "
             f"{DEFAULT_INT4_GROUP_SIZE}).",
         ),
