@@ -233,7 +233,10 @@ def benchmark(
         report = {**facts, "results": rows, "geomean_speedup": geomeans}
         click.echo(json.dumps(report, indent=2))
         return
+    # Files are columns "file 1", "file 2"...: their names, too long for a column, are
+    # listed whole under the table.
     labels = {b.key: b.label for b in baselines}
+    labels |= {name: f"file {index}" for index, name in enumerate(files, 1)}
     _print_table(rows, names, labels, f"{problem.key()} on {resolved.device_name}")
     if harness == "pair":
         click.echo(HARNESS_NOTE)
@@ -243,9 +246,11 @@ def benchmark(
             for key, value in speedups.items()
             if value is not None
         ]
-        click.echo(f"Geomean speedup of {Path(name).name}: {'; '.join(parts) or '-'}.")
+        click.echo(f"Geomean speedup of {labels[name]}: {'; '.join(parts) or '-'}.")
     for b in baselines:
         click.echo(f"  {b.label}: {b.source}")
+    for name in files:
+        click.echo(f"  {labels[name]}: {name}")
 
 
 def _described(pick: Any) -> dict[str, Any]:
@@ -295,10 +300,12 @@ def _print_table(
     from rich.console import Console
     from rich.table import Table
 
+    from moetune.commands.terminal import print_table
+
     table = Table(title=f"{title}: us per call (speedup over the vLLM fallback)")
     table.add_column("M", justify="right")
     for name in names:
-        table.add_column(labels.get(name, Path(name).name), justify="right", overflow="fold")
+        table.add_column(labels[name], justify="right")
     for row in rows:
         base = row["vllm_fallback"]["latency_us"]
         cells = [str(row["batch_size"])]
@@ -311,7 +318,7 @@ def _print_table(
             else:
                 cells.append(f"{entry['latency_us']:.1f} ({base / entry['latency_us']:.2f}x)")
         table.add_row(*cells)
-    Console(highlight=False).print(table)
+    print_table(Console(highlight=False), table)
 
 
 HARNESS_NOTE = (

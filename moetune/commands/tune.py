@@ -15,6 +15,7 @@ from moetune.commands.options import (
     default_compile_workers,
     model_options,
 )
+from moetune.commands.terminal import print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_CHOICES, KERNEL_HELP
 from moetune.tune.results_dir import RESULTS_ROOT
@@ -236,7 +237,7 @@ def tune(
     notes = list(dict.fromkeys(notes))
     if not json_:
         for note in notes:
-            err.print(f"Note: {note}", markup=False)
+            say(err, f"Note: {note}")
     for line in sweep_lines(sweep):
         out.print(line, markup=False, soft_wrap=True)
     for index, plan in enumerate(sweep.plans):
@@ -449,7 +450,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     table.add_column("config (BLOCK M/N/K, GROUP, warps, stages)")
     table.add_column("us", justify="right")
     for baseline in summary.baselines:
-        table.add_column(f"{baseline.label} us (speedup)", justify="right", overflow="fold")
+        table.add_column(f"{baseline.label} us (speedup)", justify="right")
     table.add_column("of roofline", justify="right")
     for row in summary.rows:
         cells = [
@@ -466,7 +467,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
             "-" if row.roofline_fraction is None else f"{100 * row.roofline_fraction:.0f} %"
         )
         table.add_row(*cells)
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"Kernel: {kernel_description(summary.plan.problem)}", markup=False, soft_wrap=True
     )
@@ -476,7 +477,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     if summary.ceilings is not None:
         console.print(summary.ceilings.describe(summary.plan.problem.dtype), markup=False)
     for note in summary.notes:
-        console.print(f"Note: {note}", markup=False)
+        say(console, f"Note: {note}")
     console.print(
         f"Measured {summary.measured} candidates ({summary.reused} reused from the store) "
         f"in {summary.wall_s:.1f} s.",
@@ -485,19 +486,21 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     if summary.split:
         from moetune.tune.split_report import split_table
 
-        console.print(split_table(summary.split))
+        print_table(console, split_table(summary.split))
     console.print("Wrote:", markup=False)
-    for path in summary.files:
-        console.print(f"  {path}", markup=False)
+    for path in summary.files:  # a path per line, never wrapped: it copies whole
+        console.print(f"  {path}", markup=False, soft_wrap=True)
 
 
 def _print_served(result, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
     save_dir = result.sweep.plans[0].request.save_dir
-    table = Table(title=f"Files written in {save_dir}, and the layouts each one serves")
-    table.add_column("file", overflow="fold")
+    console.print("Files written, and the layouts each one serves, in:", markup=False)
+    console.print(f"  {save_dir}", markup=False, soft_wrap=True)
+    table = Table()
+    table.add_column("file", no_wrap=True)
     table.add_column("layouts")
     for path, labels in result.served():
         table.add_row(str(path.relative_to(save_dir)), ", ".join(labels))
-    console.print(table)
+    print_table(console, table)
