@@ -53,7 +53,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     "--space",
     "space_file",
     type=click.Path(exists=True, dir_okay=False),
-    help="JSON/YAML file narrowing the search space (default: vLLM's 1,920-config grid).",
+    help="JSON/YAML file of the configs to search: a grid or a list (docs/search-space.md; "
+    "default: vLLM's and SGLang's 1,920-config grid).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop (works without a GPU).")
 @click.option(
