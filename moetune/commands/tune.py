@@ -65,7 +65,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     type=click.Choice(("local", "ray")),
     default="local",
     show_default=True,
-    help="local: one worker process per GPU; ray: Ray actors (pip install 'moetune[ray]').",
+    help="local: one worker process per GPU; ray: Ray actors (in the checkout: "
+    "pip install -e '.[ray]').",
 )
 @click.option(
     "--compile-workers",
