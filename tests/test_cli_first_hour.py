@@ -1,6 +1,6 @@
 """What a new user trips over in the first hour: commands that disagree, messages that mislead.
 
-Each test is the exact repro of one such fault, run in-process as `moetune` runs.
+Each test is the exact repro of one such fault, run in-process as `moetune` runs, at 80 columns.
 """
 
 import json
@@ -23,6 +23,7 @@ def offline_no_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("COLUMNS", "80")  # what a first terminal has
     monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
     monkeypatch.chdir(tmp_path)
 
