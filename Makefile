@@ -22,7 +22,12 @@ install:
 test:
 	TRITON_INTERPRET=1 $(PYTHON) -m pytest -q
 
+# The GPU targets stop at once, in one line, where torch sees no CUDA GPU.
+HAS_GPU = $(shell $(PYTHON) -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null)
+NEED_GPU = $(if $(filter 1,$(HAS_GPU)),,$(error make $@: no CUDA GPU visible (torch.cuda.is_available() is not True); $(1)))
+
 test-gpu:
+	$(call NEED_GPU,make test runs the CPU suite)
 	TRITON_INTERPRET=0 MOETUNE_GPU_TESTS=1 $(PYTHON) -m pytest -q
 
 test-engines:
@@ -34,4 +39,5 @@ lint:
 	$(PYTHON) -m ruff format --check moetune tests bench scripts
 
 bench:
+	$(call NEED_GPU,TRITON_INTERPRET=1 $(PYTHON) bench/kernel.py --quick runs the tiny shape on the CPU)
 	$(PYTHON) bench/kernel.py

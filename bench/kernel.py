@@ -44,6 +44,7 @@ import datetime
 import functools
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -644,7 +645,7 @@ def _layout(headers: list[str], body: list[list[str]], markdown: bool) -> list[s
             "|" + "|".join("---:" if i > 1 else "---" for i in range(len(headers))) + "|",
         ]
         return lines + ["| " + " | ".join(cells) + " |" for cells in body]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
 
     def line(cells):
         return " ".join(
@@ -753,6 +754,11 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     on_gpu = torch.cuda.is_available()
+    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit(
+            "bench/kernel.py: no CUDA GPU visible (torch.cuda.is_available() is False); "
+            "TRITON_INTERPRET=1 python bench/kernel.py --quick runs the tiny shape on the CPU"
+        )
     device = "cuda" if on_gpu else "cpu"
     shapes = load_shapes(
         args.shapes.split(",") if args.shapes else (["tiny"] if args.quick else None)

@@ -14,6 +14,11 @@ no GPU visible, no network (``HF_HUB_OFFLINE=1``, an empty HF cache) and 120
 columns, and its output (stdout and stderr, in order) replaces the lines under it.
 Commands pass ``--device-name`` so the file names do not depend on the machine.
 
+A block marked ``checkout`` (``<!-- moetune-console: NAME checkout -->``) reads files
+only a checkout of this repository has (``examples/``, ``bench/``); the README says so
+above it, and `tests/test_readme.py` runs it in a copy of those files, every other
+command in a folder outside the checkout.
+
 A block marked ``recorded="<machine>, <date>"`` holds output recorded on a GPU
 (a tune's summary): this script leaves it alone, and `tests/test_readme.py` only
 checks that its commands parse (tune with ``--dry-run``).

@@ -28,10 +28,11 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
     )
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "Layouts:     6 asked, 4 valid, 2 distinct per-rank shape(s) to tune, 2 skipped" in out
-    assert "  TP2 EP auto  -> shape 2: E=2,N=32,K=64,topk=2,dtype=bf16" in out
+    # auto is bf16 here: "auto,bf16" asks for each layout once.
+    assert "Layouts:     3 asked, 2 valid, 2 distinct per-rank shape(s) to tune, 1 skipped" in out
+    assert "  TP2 EP bf16  -> shape 2: E=2,N=32,K=64,topk=2,dtype=bf16" in out
     assert "  TP8 EP bf16  skipped: --tp 8 --ep cannot split 4 experts" in out
-    assert "Shape 1/2: serves TP1 EP auto, TP1 EP bf16; ~" in out
+    assert "Shape 1/2: serves TP1 EP bf16; ~" in out
     assert "Estimate:    ~" in out and "an estimate from the H200 rates" in out
     assert f"Results:     {tmp_path / STORE_FILENAME} (one resumable store for every shape)" in out
     assert "Batch sizes: 2, 4" in out
@@ -47,8 +48,8 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
         "E=4,N=32,K=64,topk=2,dtype=bf16",
         "E=2,N=32,K=64,topk=2,dtype=bf16",
     ]
-    assert plan["shapes"][1]["layouts"] == ["TP2 EP auto", "TP2 EP bf16"]
-    assert [entry["skipped"] is not None for entry in plan["layouts"]] == [False] * 4 + [True] * 2
+    assert plan["shapes"][1]["layouts"] == ["TP2 EP bf16"]
+    assert [entry["skipped"] is not None for entry in plan["layouts"]] == [False] * 2 + [True]
     assert plan["estimate_s"] > 0
 
 
@@ -59,7 +60,7 @@ def test_single_layout_keeps_the_plain_plan_and_uses_moetune_results(tmp_path, m
     plan = json.loads(result.stdout)
     save_dir = tmp_path / "moetune-results" / "tiny-moe"
     assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
-    assert plan["layouts"] == ["TP1 auto"]
+    assert plan["layouts"] == ["TP1 bf16"]  # auto, resolved
     assert plan["store"] == str(save_dir / STORE_FILENAME)
     assert plan["files"][0] == str(save_dir / "E=4,N=32,device_name=NVIDIA_H200.json")
     text = CliRunner().invoke(cli, args("--dry-run"))
@@ -86,15 +87,12 @@ def test_a_sweep_tunes_each_shape_once_and_says_which_layouts_each_file_serves(t
     result = subprocess.run([*command, "--json"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    # 2 shapes x (3 candidates + the default config): the duplicate layouts cost nothing.
+    # 2 shapes x (3 candidates + the default config): auto is bf16, asked once each.
     assert summary["measured"] == 8 and summary["reused"] == 0
-    assert [shape["layouts"] for shape in summary["shapes"]] == [
-        ["TP1 auto", "TP1 bf16"],
-        ["TP2 auto", "TP2 bf16"],
-    ]
+    assert [shape["layouts"] for shape in summary["shapes"]] == [["TP1 bf16"], ["TP2 bf16"]]
     served = {Path(entry["path"]).name: entry["layouts"] for entry in summary["files"]}
-    assert served["E=4,N=32,device_name=NVIDIA_H200.json"] == ["TP1 auto", "TP1 bf16"]
-    assert served["E=4,N=16,device_name=NVIDIA_H200.json"] == ["TP2 auto", "TP2 bf16"]
+    assert served["E=4,N=32,device_name=NVIDIA_H200.json"] == ["TP1 bf16"]
+    assert served["E=4,N=16,device_name=NVIDIA_H200.json"] == ["TP2 bf16"]
     assert len(summary["files"]) == 2  # one vLLM file per shape
     keys = {m.problem_key for m in ResultStore(tmp_path / STORE_FILENAME).all()}
     assert keys == {"E=4,N=32,K=64,topk=2,dtype=bf16", "E=4,N=16,K=64,topk=2,dtype=bf16"}

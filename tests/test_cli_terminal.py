@@ -44,3 +44,98 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path, args):
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 0, stderr
     assert "Error" not in stderr and "Exception" not in stderr, stderr
+
+
+def moetune_at_80(tmp_path, *args, **extra):
+    env = environment(tmp_path, COLUMNS="80", **extra)
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, result.stderr
+
+
+def whole_on_a_line(text, *names):
+    """Each name appears whole on some line of `text` (nothing split it in two)."""
+    lines = text.splitlines()
+    for name in names:
+        assert any(name in line for line in lines), f"{name!r} is cut:\n{text}"
+
+
+def test_extract_at_80_columns_keeps_every_field_path_whole(tmp_path):
+    out, _ = moetune_at_80(
+        tmp_path, "extract", "-m", "moonshotai/Kimi-K3", "--tp", "8", "--ep",
+        "--device-name", "NVIDIA_H200",
+    )  # fmt: skip
+    whole_on_a_line(
+        out,
+        "text_config.quantization_config.quant_method",
+        "text_config.routed_expert_hidden_size",
+        "[112, 6144, 3584]",
+        "E=112,N=3072,device_name=NVIDIA_H200.json",
+    )
+
+
+@pytest.mark.slow
+def test_a_cpu_tune_and_benchmark_at_80_columns_keep_paths_and_names_whole(tmp_path):
+    save_dir = tmp_path / "a-results-folder-with-a-long-enough-name-to-wrap"
+    tiny = ROOT / "tests" / "tune" / "data"
+    out, err = moetune_at_80(
+        tmp_path, "tune", "-m", tiny / "tiny-moe", "--tp", "1,2", "--space",
+        tiny / "tiny-space.json", "--batch-size", "1", "--engine", "sglang",
+        "--save-dir", save_dir, TRITON_INTERPRET="1",
+    )  # fmt: skip
+    written = sorted(save_dir.rglob("E=*.json"))
+    assert len(written) == 4  # 2 shapes x (table + _down table)
+    whole_on_a_line(out, *map(str, written))  # "Wrote:" lists each path whole
+    whole_on_a_line(out, str(save_dir), *(str(p.relative_to(save_dir)) for p in written))
+    assert "overflow encountered" not in err and "RuntimeWarning" not in err
+
+    config = next(p for p in written if p.name == "E=4,N=32,device_name=cpu.json")
+    out, _ = moetune_at_80(
+        tmp_path, "benchmark", "-m", tiny / "tiny-moe", "--config", config, "--batch-size",
+        "1", "--engine", "vllm", TRITON_INTERPRET="1",
+    )  # fmt: skip
+    whole_on_a_line(out, f"file 1: {config}", "vLLM fallback")
+
+
+def test_say_wraps_at_spaces_and_keeps_a_long_path_whole():
+    import io
+
+    from rich.console import Console
+
+    from moetune.commands.terminal import say
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=40)
+    path = "/a/very/long/folder/name/that/does/not/fit/in/forty/columns.json"
+    say(console, f"Note: the file {path} is kept, and this sentence wraps at spaces")
+    lines = buffer.getvalue().splitlines()
+    assert f"  {path}" in lines
+    assert all(len(line) <= 40 for line in lines if path not in line)
+    assert " ".join(line.strip() for line in lines) == (
+        f"Note: the file {path} is kept, and this sentence wraps at spaces"
+    )
+
+
+@pytest.mark.parametrize(("interpret", "shown"), [("1", False), ("0", True)])
+def test_the_worker_drops_numpy_warnings_under_the_interpreter_only(tmp_path, interpret, shown):
+    script = (
+        "import numpy\n"
+        "from moetune.tune.worker import quiet_interpreter\n"
+        "quiet_interpreter()\n"
+        "numpy.float32(3e38) * numpy.float32(10)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=environment(tmp_path, TRITON_INTERPRET=interpret),
+    )
+    assert result.returncode == 0, result.stderr
+    assert ("overflow encountered in" in result.stderr) == shown

@@ -102,7 +102,8 @@ def test_a_model_added_by_a_user_yaml_tunes_without_code_change(tmp_path):
     )
     assert known.exit_code == 0, known.output
     assert "Shape:       E=16,N=2048,K=4096,topk=4,dtype=bf16" in known.output
-    assert "E=16,N=2048,device_name=NVIDIA_H200.json" in known.output
+    # Without a GPU, under the interpreter the tests run in, the files are the CPU's.
+    assert "E=16,N=2048,device_name=cpu.json" in known.output
 
 
 def test_tune_without_a_gpu_or_the_interpreter_stops_before_any_work(tmp_path):

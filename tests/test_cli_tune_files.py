@@ -70,12 +70,12 @@ def test_a_different_file_the_engine_loads_from_save_dir_is_kept_as_a_backup(tmp
 
 def test_a_space_the_files_cannot_hold_is_refused_before_tuning(tmp_path):
     # num_stages 20 is a valid Candidate but no valid tuned file: the write would fail
-    # after the whole tune.
+    # after the whole tune. The space's schema holds the tuned files' ranges.
     space = tmp_path / "space.json"
     space.write_text(json.dumps([{**ROW, "num_stages": 20}]))
     result = tune(tmp_path / "out", {}, tmp_path, space, "--dry-run")
     assert result.returncode == 1
     assert result.stderr == (
-        f'Error: search space {space}: M16 N64 K64 G1 w8 s20: "num_stages": 20 is greater '
-        "than the maximum of 16; the engines' tuned files hold no such config\n"
+        f"Error: search space {space}: config 1, num_stages: 20 is not an integer from 1 to 16 "
+        "(see docs/search-space.md)\n"
     )

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -64,19 +65,37 @@ def test_generated_blocks_match_a_fresh_run():
 
 
 EXIT_STATUS = re.compile(r"\(exit status (\d+)\)")
+MARKER = re.compile(r"<!-- moetune-console: [\w.-]+(?P<attrs>[^>]*?)\s*-->\n$")
+# A bash line that needs this repository's files says so in its comment.
+IN_A_CHECKOUT = "# in a checkout"
+# What only a checkout of this repository holds (the README must say where it runs).
+CHECKOUT_PATHS = ("examples/", "bench/", "tests/")
 
 
-def readme_commands() -> list[tuple[str, int]]:
-    """Every moetune command of the README in order, and the exit status its shown output implies:
-    1 for an ``Error:``, N where the output says ``(exit status N)``, else 0."""
+@dataclass(frozen=True)
+class ReadmeCommand:
+    command: str  # without the prompt, comments or the `| head` a block may show
+    status: int  # the exit status its shown output implies
+    checkout: bool  # the README says it runs in a checkout of this repository
+
+
+def readme_commands() -> list[ReadmeCommand]:
+    """Every moetune command of the README in order, the exit status its shown output implies
+    (1 for an ``Error:``, N where the output says ``(exit status N)``, else 0), and whether the
+    README says it runs in a checkout (a console block marked ``checkout``, a bash line with
+    ``# in a checkout``)."""
+    text = gen.README.read_text()
     commands = []
-    for match in CODE_BLOCK.finditer(gen.README.read_text()):
+    for match in CODE_BLOCK.finditer(text):
         language, body = match.group(1), match.group(2)
         if language == "bash":
             for line in body.splitlines():
                 if line.startswith("moetune "):
-                    commands.append((" ".join(shlex.split(line, comments=True)), 0))
+                    command = " ".join(shlex.split(line, comments=True))
+                    commands.append(ReadmeCommand(command, 0, IN_A_CHECKOUT in line))
         elif language == "console":
+            marker = MARKER.search(text, 0, match.start())
+            checkout = bool(marker) and "checkout" in marker["attrs"].split()
             lines = body.splitlines()
             for i, line in enumerate(lines):
                 if line.startswith("$ moetune "):
@@ -90,7 +109,7 @@ def readme_commands() -> list[tuple[str, int]]:
                     code = (
                         1 if shown.startswith("Error:") else int(status.group(1)) if status else 0
                     )
-                    commands.append((line[2:], code))
+                    commands.append(ReadmeCommand(line[2:], code, checkout))
     return commands
 
 
@@ -107,33 +126,97 @@ def _write_planned_files(output: str, cwd: Path) -> None:
         path.write_text(json.dumps({"1": A_TUNED_ENTRY}))
 
 
+def a_checkout(folder: Path) -> Path:
+    """What of this repository the README's checkout commands read, copied to `folder`."""
+    for part in ("examples", "bench/vllm_configs", "tests/tune/data"):
+        shutil.copytree(ROOT / part, folder / part)
+    return folder
+
+
+def test_a_command_that_needs_the_checkout_says_so():
+    """Paths only a checkout has are shown only where the README says to run in one."""
+    commands = readme_commands()
+    for item in commands:
+        uses = [path for path in CHECKOUT_PATHS if path in item.command]
+        assert item.checkout or not uses, f"{item.command}: say it runs in a checkout"
+    # A marked console block's section says it too, in the text above the block.
+    text = gen.README.read_text()
+    for block in gen.blocks(text):
+        marker = text.rfind("<!-- moetune-console:", 0, block.span[0])
+        if "checkout" in text[marker : text.index("-->", marker)].split():
+            section = text[text.rfind("\n#", 0, marker) : marker]
+            prose = re.sub(r"^```.*?^```", "", section, flags=re.S | re.M)
+            assert "in a checkout" in prose, f"{block.name}: the text above must say where it runs"
+
+
 @pytest.mark.slow
-def test_every_readme_command_runs_in_order_in_a_fresh_folder(tmp_path):
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    # README commands compare with vLLM's published files, as a user in a checkout would.
-    shutil.copytree(ROOT / "bench" / "vllm_configs", tmp_path / "bench" / "vllm_configs")
+def test_every_readme_command_runs_in_order_outside_the_checkout_or_in_one_as_marked(tmp_path):
+    """A user outside the checkout runs every unmarked command; the marked ones, in a checkout."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    checkout = a_checkout(tmp_path / "checkout")
     commands = readme_commands()
     assert len(commands) >= 10
     ran = []
-    for command, expected in commands:
-        command = gen.HEAD.sub("", command)
+    for item in commands:
+        command = gen.HEAD.sub("", item.command)
         argv = shlex.split(command)[1:]
         if argv[0] in GPU_COMMANDS and "--dry-run" not in argv:
             argv.append("--dry-run")
-        env = gen.environment(str(tmp_path / "hf_home"))
+        cwd = checkout if item.checkout else outside
         result = subprocess.run(
             [sys.executable, "-m", "moetune", *argv],
             capture_output=True,
             text=True,
-            cwd=tmp_path,
-            env=env,
+            cwd=cwd,
+            env=gen.environment(str(tmp_path / "hf_home")),
             timeout=300,
         )
-        assert result.returncode == expected, f"{command}\n{result.stderr}"
+        assert result.returncode == item.status, f"{command} (in {cwd.name})\n{result.stderr}"
         if argv[0] == "tune":
-            _write_planned_files(result.stdout, tmp_path)
+            _write_planned_files(result.stdout, cwd)
         ran.append(argv[0])
-    assert {"extract", "tune", "benchmark", "archs", "validate"} <= set(ran)
+    assert {"extract", "tune", "benchmark", "archs", "validate", "check", "report"} <= set(ran)
+
+
+@pytest.mark.slow
+def test_the_cpu_try_it_runs_in_a_checkout(tmp_path):
+    """The first screen's `TRITON_INTERPRET=1 moetune tune ...`, as shown (--save-dir moved)."""
+    (line,) = [
+        line
+        for line in gen.README.read_text().splitlines()
+        if line.startswith("TRITON_INTERPRET=1 moetune tune ")
+    ]
+    argv = shlex.split(line)[2:]
+    save = argv.index("--save-dir")
+    argv[save + 1] = str(tmp_path / "try")
+    env = {**gen.environment(str(tmp_path / "hf_home")), "TRITON_INTERPRET": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", *argv],
+        capture_output=True,
+        text=True,
+        cwd=a_checkout(tmp_path / "checkout"),
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "try" / "E=4,N=32,device_name=cpu.json").is_file()
+    assert "Geomean speedup" in result.stdout
+
+
+def test_shell_completion_works_as_the_readme_shows(tmp_path):
+    readme = gen.README.read_text()
+    assert 'eval "$(_MOETUNE_COMPLETE=bash_source moetune)"' in readme
+    env = {**gen.environment(str(tmp_path / "hf_home")), "_MOETUNE_COMPLETE": "bash_source"}
+    script = subprocess.run(
+        [sys.executable, "-m", "moetune"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert script.returncode == 0 and "complete " in script.stdout
+    env.update(_MOETUNE_COMPLETE="bash_complete", COMP_WORDS="moetune tu", COMP_CWORD="1")
+    words = subprocess.run(
+        [sys.executable, "-m", "moetune"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert words.stdout.split() == ["plain,tune"]
 
 
 def test_help_texts_and_readme_say_the_same():

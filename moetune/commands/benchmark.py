@@ -20,6 +20,11 @@ from moetune.commands.options import (
     worker_devices,
 )
 from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
+from moetune.errors import MoetuneError
+
+
+class BenchmarkError(MoetuneError):
+    """A --config file benchmark refuses to time (--strict)."""
 
 
 @click.command("benchmark")
@@ -68,7 +73,18 @@ from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
     show_default=True,
     help=BENCHMARK_KERNEL_HELP,
 )
-@click.option("json_", "--json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse a --config file whose name says another E, N, GPU, dtype or block shape "
+    "than this model's layout (default: warn, and time it as this shape anyway).",
+)
+@click.option(
+    "json_",
+    "--json",
+    is_flag=True,
+    help="Print the results (with --dry-run: the plan) as JSON; notes and warnings go in it.",
+)
 def benchmark(
     config_files: tuple[Path, ...],
     batch_sizes: tuple[tuple[int, ...], ...],
@@ -78,6 +94,7 @@ def benchmark(
     timeout_s: float,
     dry_run: bool,
     kernel: str,
+    strict: bool,
     json_: bool,
     **model: Any,
 ) -> None:
@@ -87,6 +104,10 @@ def benchmark(
     SGLang's) fallback config, and the file it would load ($VLLM_TUNED_CONFIG_FOLDER,
     $SGLANG_MOE_CONFIG_DIR, the installed engine's configs, or --compare-dir).
     Each cell shows microseconds and the speedup over the vLLM fallback.
+
+    A file is timed as this model's shape: its name (E, N, GPU, dtype, block
+    shape) is checked against the layout's, and a file named for another one
+    gets a warning (--strict: an error).
 
     An SGLang file with a _down table beside it is timed as SGLang runs it: the up
     GEMM with the file's config and the down GEMM with the _down table's (TMA where
@@ -106,14 +127,26 @@ def benchmark(
 
     files = {str(path): load_tuned_file(path) for path in config_files}
     resolved = problem_from_options(model, dry_run=dry_run)
-    for note in resolved.notes:
-        click.echo(f"Note: {note}", err=True)
     engines = ("vllm", "sglang") if engine == "both" else (engine,)
     timed_on, kernel_notes = benchmark_kernel(kernel, engines)
-    for note in kernel_notes:
-        click.echo(f"Note: {note}", err=True)
+    notes = list(dict.fromkeys([*resolved.notes, *kernel_notes]))
     problem = replace(resolved.problem, kernel=timed_on)
-    click.echo(f"Kernel: {kernel_description(problem)}", err=True)
+    mismatches = _mismatches(config_files, problem, resolved, model["model"])
+    if strict and mismatches:
+        more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
+        raise BenchmarkError(
+            f"--config {mismatches[0]}{more}; --strict times only files named for this shape"
+        )
+    warnings = [
+        f"--config {mismatch}; timed as this shape anyway (--strict refuses such a file)"
+        for mismatch in mismatches
+    ]
+    if not json_:  # --json: the notes are in the JSON
+        for note in notes:
+            click.echo(f"Note: {note}", err=True)
+        click.echo(f"Kernel: {kernel_description(problem)}", err=True)
+    for warning in warnings:
+        click.echo(f"Warning: {warning}", err=True)
     sizes = batch_sizes_of(batch_sizes)
     devices = worker_devices(gpus, resolved, dry_run=dry_run)
 
@@ -137,8 +170,26 @@ def benchmark(
     harness = "whole" if same_harness(p for row in picks.values() for p in row.values()) else "pair"
     if harness == "pair":
         picks = {m: {name: as_pair(p) for name, p in row.items()} for m, row in picks.items()}
+    facts = {
+        "problem": problem.key(),
+        "device_name": resolved.device_name,
+        "triton_version": resolved.triton_version,
+        "kernel": None if problem.kernel is None else problem.kernel.as_json(),
+        "harness": harness,
+        "baselines": [b.to_dict() for b in baselines],
+        "configs": names,
+        "notes": notes,
+        "warnings": warnings,
+    }
     if dry_run:
-        _print_plan(picks, f"{problem.key()} on {resolved.device_name}", harness)
+        if json_:
+            plan = [
+                {"batch_size": m, **{name: _described(picks[m].get(name)) for name in names}}
+                for m in sizes
+            ]
+            click.echo(json.dumps({**facts, "dry_run": True, "picks": plan}, indent=2))
+        else:
+            _print_plan(picks, f"{problem.key()} on {resolved.device_name}", harness)
         return
     units = [WorkUnit(problem, m, tuple(dict.fromkeys(picks[m].values())), "full") for m in sizes]
     warm = [WorkUnit(problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
@@ -179,20 +230,13 @@ def benchmark(
         for name in files
     }
     if json_:
-        report = {
-            "problem": problem.key(),
-            "device_name": resolved.device_name,
-            "triton_version": resolved.triton_version,
-            "kernel": None if problem.kernel is None else problem.kernel.as_json(),
-            "harness": harness,
-            "baselines": [b.to_dict() for b in baselines],
-            "configs": names,
-            "results": rows,
-            "geomean_speedup": geomeans,
-        }
+        report = {**facts, "results": rows, "geomean_speedup": geomeans}
         click.echo(json.dumps(report, indent=2))
         return
+    # Files are columns "file 1", "file 2"...: their names, too long for a column, are
+    # listed whole under the table.
     labels = {b.key: b.label for b in baselines}
+    labels |= {name: f"file {index}" for index, name in enumerate(files, 1)}
     _print_table(rows, names, labels, f"{problem.key()} on {resolved.device_name}")
     if harness == "pair":
         click.echo(HARNESS_NOTE)
@@ -202,9 +246,52 @@ def benchmark(
             for key, value in speedups.items()
             if value is not None
         ]
-        click.echo(f"Geomean speedup of {Path(name).name}: {'; '.join(parts) or '-'}.")
+        click.echo(f"Geomean speedup of {labels[name]}: {'; '.join(parts) or '-'}.")
     for b in baselines:
         click.echo(f"  {b.label}: {b.source}")
+    for name in files:
+        click.echo(f"  {labels[name]}: {name}")
+
+
+def _described(pick: Any) -> dict[str, Any]:
+    from moetune.tune.tuned_file import describe
+
+    return {"config": None} if pick is None else describe(pick)
+
+
+def _mismatches(paths: tuple[Path, ...], problem: Any, resolved: Any, model: str) -> list[str]:
+    """For each file whose name says another shape, GPU, dtype or block shape than the
+    engines' names for `problem` on this device: what differs, in one line."""
+    from moetune.extract.filenames import config_file_fields
+    from moetune.tune.output import engine_file_path
+
+    names = [
+        engine_file_path(engine, problem, resolved.device_name, resolved.triton_version, ".").name
+        for engine in ("vllm", "sglang")
+    ]
+    wanted = [config_file_fields(name) for name in names]
+    found = []
+    for path in paths:
+        given = config_file_fields(path.name)
+        if given is None:
+            found.append(
+                f"{path.name}: not an engine file name (E=..,N=..,device_name=...json), so its "
+                f"shape cannot be checked against {model}, {resolved.split}"
+            )
+            continue
+        best = min(wanted, key=lambda want: sum(given[k] != want[k] for k in given))
+        differ = [key for key in given if given[key] != best[key]]
+        if differ:
+            said = ", ".join(_field(key, given[key]) for key in differ)
+            runs = ", ".join(_field(key, best[key]) for key in differ)
+            found.append(
+                f"{path.name} names {said}, but {model}, {resolved.split} on this machine is {runs}"
+            )
+    return found
+
+
+def _field(key: str, value: str) -> str:
+    return f"no {key}" if value == "-" else f"{key}={value}"
 
 
 def _print_table(
@@ -213,10 +300,12 @@ def _print_table(
     from rich.console import Console
     from rich.table import Table
 
+    from moetune.commands.terminal import print_table
+
     table = Table(title=f"{title}: us per call (speedup over the vLLM fallback)")
     table.add_column("M", justify="right")
     for name in names:
-        table.add_column(labels.get(name, Path(name).name), justify="right", overflow="fold")
+        table.add_column(labels[name], justify="right")
     for row in rows:
         base = row["vllm_fallback"]["latency_us"]
         cells = [str(row["batch_size"])]
@@ -229,7 +318,7 @@ def _print_table(
             else:
                 cells.append(f"{entry['latency_us']:.1f} ({base / entry['latency_us']:.2f}x)")
         table.add_row(*cells)
-    Console(highlight=False).print(table)
+    print_table(Console(highlight=False), table)
 
 
 HARNESS_NOTE = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,25 @@ import click
 from moetune.commands.options import model_options
 
 ENGINE_CHOICES = ("vllm", "sglang", "both")
+# A Triton release as SGLang names its folders after it: 3.4.0, 3.5.0rc1, 3.3.1+git3b1c9b2b.
+TRITON_VERSION = re.compile(r"\d+\.\d+\.\d+(?:[.+-]?[0-9A-Za-z]+)*")
 # Exit status when an engine has no usable file, missing or invalid (0: every engine has
 # one). Listed in moetune/cli.py.
 EXIT_MISSING = 4
+
+
+def check_triton_version(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """Click callback of --triton-version: a release number, as `pip show triton` prints it."""
+    if value is not None and not TRITON_VERSION.fullmatch(value.strip()):
+        raise click.BadParameter(
+            f"{value!r} is not a Triton version (X.Y.Z, as `pip show triton` prints it, "
+            "e.g. 3.4.0)",
+            ctx,
+            param,
+        )
+    return None if value is None else value.strip()
 
 
 @click.command("check")
@@ -28,6 +45,7 @@ EXIT_MISSING = 4
 )
 @click.option(
     "--triton-version",
+    callback=check_triton_version,
     help="Triton version SGLang's folder is named after (default: the installed triton's, "
     "read from package metadata).",
 )
@@ -134,6 +152,7 @@ def check(
                     "triton_version_source": triton_source,
                     "all_present": present,
                     "engines": [item.to_dict() for item in checks],
+                    "notes": list(report.notes),
                 },
                 indent=2,
             )

@@ -130,11 +130,16 @@ def _print_tables(report: ExtractReport) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from moetune.commands.terminal import print_table
+
     def table(*columns: str) -> Table:
+        # Names, values and config paths stay whole; only the meaning wraps (at spaces).
         grid = Table(box=None, pad_edge=False)
         for column in columns:
             grid.add_column(
-                column, overflow="fold", justify="right" if column == "value" else "left"
+                column,
+                no_wrap=column != "meaning",
+                justify="right" if column == "value" else "left",
             )
         return grid
 
@@ -155,7 +160,7 @@ def _print_tables(report: ExtractReport) -> None:
         if extraction.guessed and source:
             source += " (guessed)"
         values.add_row(name, "-" if value is None else escape(str(value)), escape(source))
-    console.print(values)
+    print_table(console, values)
 
     kernel = report.kernel_dtype
     if kernel.engine_dtype:
@@ -191,7 +196,7 @@ def _print_tables(report: ExtractReport) -> None:
         rows.append(("activation scales", "static", "from the checkpoint"))
     for row in rows:
         per_rank.add_row(*(escape(str(cell)) for cell in row))
-    console.print(per_rank)
+    print_table(console, per_rank)
 
     from moetune.extract.report import quant_lines
 

@@ -29,6 +29,8 @@ from moetune.extract.filenames import (
 )
 
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", *TUNABLE_ENGINE_DTYPES)
+# The device name of a run on the CPU (TRITON_INTERPRET=1, no GPU): in plans and files alike.
+CPU_DEVICE_NAME = "cpu"
 
 
 def mappings_options(command: Callable) -> Callable:
@@ -52,6 +54,19 @@ def check_device_name(ctx: click.Context, param: click.Parameter, value: str | N
         problem = device_name_problem(value)
         if problem is not None:
             raise click.UsageError(device_name_error(value, problem), ctx)
+    return value
+
+
+def check_group_size(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """Click callback of --group-size: a power of two, or no tile could hold whole groups."""
+    if value is not None and value & (value - 1):
+        raise click.BadParameter(
+            f"{value} is no power of two: an int4 tile's BLOCK_SIZE_K (a power of two) must "
+            "hold whole groups, so the group size must be one too (GPTQ and AWQ use 32, 64 "
+            "or 128)",
+            ctx,
+            param,
+        )
     return value
 
 
@@ -254,6 +269,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
         click.option(
             "--group-size",
             type=click.IntRange(min=2),
+            callback=check_group_size,
             help=f"int4_w4a16 weight group size along K (default: the checkpoint's, else "
             f"{DEFAULT_INT4_GROUP_SIZE}).",
         ),
@@ -299,6 +315,7 @@ class Resolved:
     limits: Any  # DeviceLimits
     devices: tuple[str | None, ...]
     notes: list[str] = field(default_factory=list)
+    split: str = ""  # the layout: TP2, TP8 EP, TP8 EP4
 
 
 @dataclass(frozen=True)
@@ -313,7 +330,11 @@ class Machine:
 
 
 def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Machine:
-    """The GPUs, the device name for the files, the pruning limits and the Triton version."""
+    """The GPUs, the device name for the files, the pruning limits and the Triton version.
+
+    Without a GPU the names are the CPU's under TRITON_INTERPRET=1 (where a run times on
+    the CPU), else NVIDIA H200's; a dry run names what its run would write.
+    """
     from moetune.extract.filenames import FALLBACK_DEVICE_NAME, installed_triton_version
     from moetune.tune.runner import visible_devices
     from moetune.tune.space import DeviceLimits
@@ -329,22 +350,24 @@ def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> M
         limits = DeviceLimits.from_torch(0)
     else:
         limits = DeviceLimits.h200()
-        if not dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+        interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+        if not dry_run and not interpreted:
             raise TuneError(
                 "no CUDA GPU visible: timing needs one (`moetune tune ... --dry-run` shows the "
                 "plan without a GPU; TRITON_INTERPRET=1 runs the pipeline on the CPU, for "
                 "testing only)"
             )
         if device_name is None:
-            if dry_run:
+            # A plan names the files its run writes: under the interpreter, the CPU's.
+            if interpreted:
+                device_name = CPU_DEVICE_NAME
+                notes.append(
+                    "no GPU visible: timing on the CPU under the Triton interpreter (only "
+                    f"useful for testing); file names say {CPU_DEVICE_NAME} (--device-name)"
+                )
+            else:
                 device_name = FALLBACK_DEVICE_NAME
                 notes.append(f"no GPU visible: file names assume {device_name} (--device-name)")
-            else:
-                device_name = "cpu"
-                notes.append(
-                    "no GPU visible: timing on the CPU under the Triton interpreter "
-                    "(only useful for testing)"
-                )
     return Machine(device_name, installed_triton_version() or "unknown", limits, devices, notes)
 
 
@@ -375,8 +398,9 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
     problem = TuneProblem.from_sharded(
         report.sharded, dtype, **quant_details(options, kernel, dtype)
     )
-    if kernel.note:
-        notes.insert(0, kernel.note)
+    from moetune.extract.sharding import fewer_experts_note
+
+    notes[:0] = [note for note in (kernel.note, fewer_experts_note(report.sharded)) if note]
     loaded = report.loaded
     split = f"TP{options['tp']}" + (
         " EP" if options["ep"] else f" EP{options['ep_size']}" if options.get("ep_size") else ""
@@ -389,4 +413,5 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         limits=machine.limits,
         devices=machine.devices,
         notes=notes,
+        split=split,
     )

@@ -15,6 +15,7 @@ from moetune.commands.options import (
     default_compile_workers,
     model_options,
 )
+from moetune.commands.terminal import print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_CHOICES, KERNEL_HELP
 from moetune.tune.results_dir import RESULTS_ROOT
@@ -52,7 +53,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     "--space",
     "space_file",
     type=click.Path(exists=True, dir_okay=False),
-    help="JSON/YAML file narrowing the search space (default: vLLM's 1,920-config grid).",
+    help="JSON/YAML file of the configs to search: a grid or a list (docs/search-space.md; "
+    "default: vLLM's and SGLang's 1,920-config grid).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop (works without a GPU).")
 @click.option(
@@ -63,7 +65,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     type=click.Choice(("local", "ray")),
     default="local",
     show_default=True,
-    help="local: one worker process per GPU; ray: Ray actors (pip install 'moetune[ray]').",
+    help="local: one worker process per GPU; ray: Ray actors (in the checkout: "
+    "pip install -e '.[ray]').",
 )
 @click.option(
     "--compile-workers",
@@ -185,7 +188,8 @@ def tune(
         sweep_summary_json,
     )
 
-    out = Console(stderr=json_, highlight=False)
+    # --json: stdout holds only the JSON (the plan's notes included), stderr only progress.
+    out = Console(quiet=json_, highlight=False)
     err = Console(stderr=True, highlight=False)
     layouts = layouts_from_options(model)
     machine = machine_from_options(model, dry_run=dry_run)
@@ -232,8 +236,10 @@ def tune(
     )
     notes = [note for group in sweep.groups for note in group.notes] + machine.notes
     notes += kernel_notes
-    for note in dict.fromkeys(notes):
-        err.print(f"Note: {note}", markup=False)
+    notes = list(dict.fromkeys(notes))
+    if not json_:
+        for note in notes:
+            say(err, f"Note: {note}")
     for line in sweep_lines(sweep):
         out.print(line, markup=False, soft_wrap=True)
     for index, plan in enumerate(sweep.plans):
@@ -245,7 +251,7 @@ def tune(
         )
     if dry_run:
         if json_:
-            click.echo(json.dumps(sweep_json(sweep), indent=2))
+            click.echo(json.dumps({**sweep_json(sweep), "notes": notes}, indent=2))
         return
     count = len(sweep.plans)
 
@@ -270,6 +276,7 @@ def tune(
         exports += [line for line in needed if line not in exports]
     if json_:
         report = sweep_summary_json(result)
+        report["notes"] = list(dict.fromkeys([*notes, *report.get("notes", [])]))
         report["installed"] = installed
         report["exports"] = exports
         click.echo(json.dumps(report, indent=2))
@@ -449,7 +456,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     table.add_column("config (BLOCK M/N/K, GROUP, warps, stages)")
     table.add_column("us", justify="right")
     for baseline in summary.baselines:
-        table.add_column(f"{baseline.label} us (speedup)", justify="right", overflow="fold")
+        table.add_column(f"{baseline.label} us (speedup)", justify="right")
     table.add_column("of roofline", justify="right")
     for row in summary.rows:
         cells = [
@@ -466,7 +473,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
             "-" if row.roofline_fraction is None else f"{100 * row.roofline_fraction:.0f} %"
         )
         table.add_row(*cells)
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"Kernel: {kernel_description(summary.plan.problem)}", markup=False, soft_wrap=True
     )
@@ -476,7 +483,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     if summary.ceilings is not None:
         console.print(summary.ceilings.describe(summary.plan.problem.dtype), markup=False)
     for note in summary.notes:
-        console.print(f"Note: {note}", markup=False)
+        say(console, f"Note: {note}")
     console.print(
         f"Measured {summary.measured} candidates ({summary.reused} reused from the store) "
         f"in {summary.wall_s:.1f} s.",
@@ -485,19 +492,21 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     if summary.split:
         from moetune.tune.split_report import split_table
 
-        console.print(split_table(summary.split))
+        print_table(console, split_table(summary.split))
     console.print("Wrote:", markup=False)
-    for path in summary.files:
-        console.print(f"  {path}", markup=False)
+    for path in summary.files:  # a path per line, never wrapped: it copies whole
+        console.print(f"  {path}", markup=False, soft_wrap=True)
 
 
 def _print_served(result, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
     save_dir = result.sweep.plans[0].request.save_dir
-    table = Table(title=f"Files written in {save_dir}, and the layouts each one serves")
-    table.add_column("file", overflow="fold")
+    console.print("Files written, and the layouts each one serves, in:", markup=False)
+    console.print(f"  {save_dir}", markup=False, soft_wrap=True)
+    table = Table()
+    table.add_column("file", no_wrap=True)
     table.add_column("layouts")
     for path, labels in result.served():
         table.add_row(str(path.relative_to(save_dir)), ", ".join(labels))
-    console.print(table)
+    print_table(console, table)

@@ -76,9 +76,14 @@ class KernelDtype:
     static_activations: bool = False
     label: str | None = None  # the checkpoint's quantization scheme, when auto found one
 
+    @property
+    def name(self) -> str:
+        """The kernel dtype in one word: the file-name dtype, else ``bf16`` or ``fp16``."""
+        return self.engine_dtype or ("fp16" if self.activation_dtype == "float16" else "bf16")
+
     def variant(self) -> str:
         """``int4_w4a16 group 128``, ``fp8_w8a8 per-channel``, ``bf16``..."""
-        text = self.engine_dtype or ("fp16" if self.activation_dtype == "float16" else "bf16")
+        text = self.name
         block = self.block_shape
         if block and all(block):
             text += f" block {list(block)}"
@@ -326,6 +331,30 @@ def sglang_down_config_filename(
     return sglang_config_filename(
         E, N, device_name, dtype, block_shape, per_channel_quant=per_channel_quant, down=True
     )
+
+
+# An engine's tuned-file name read back (both engines' spellings, SGLang's _down table too).
+_CONFIG_FILE_NAME = re.compile(
+    r"E=(?P<E>\d+),N=(?P<N>\d+),device_name=(?P<device_name>[^,]+?)"
+    r"(?:,dtype=(?P<dtype>\w+))?(?:,block_shape=\[(?P<block_n>\d+), ?(?P<block_k>\d+)\])?"
+    r"(?P<per_channel>,per_channel_quant=True)?(?:_down)?\.json"
+)
+
+
+def config_file_fields(name: str) -> dict[str, str] | None:
+    """What an engine's tuned-file name says: E, N, device_name, dtype and block_shape
+    (dtype ``-`` for the unquantized kernels), or None for a name no engine writes."""
+    match = _CONFIG_FILE_NAME.fullmatch(name)
+    if match is None:
+        return None
+    block = f"[{match['block_n']},{match['block_k']}]" if match["block_n"] else "-"
+    return {
+        "E": match["E"],
+        "N": match["N"],
+        "device_name": match["device_name"],
+        "dtype": match["dtype"] or "-",
+        "block_shape": block,
+    }
 
 
 def sglang_config_folder(triton_version: str) -> str:

@@ -3,8 +3,7 @@
 A layout sweep (``moetune tune --tp 1,2,4 --dtype bf16,fp8_w8a8``) expands into
 every combination of the listed values (`expand_layouts`). `resolve_layouts`
 reads the model's config once and shards it for each layout: a layout the
-engines cannot split (experts or intermediate size not divisible, top-k above
-the experts left on a rank) comes back as a `SkippedLayout` with the reason,
+engines cannot split (experts or intermediate size not divisible) comes back as a `SkippedLayout` with the reason,
 never as an error; only the model itself (config, registry) can fail the call.
 
 No torch, no triton: `extract` stays importable on its own.
@@ -14,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from moetune.errors import MoetuneError
 from moetune.extract.evaluate import extract_shape
@@ -22,7 +21,7 @@ from moetune.extract.filenames import KernelDtype, resolve_kernel_dtype
 from moetune.extract.mappings import load_registry
 from moetune.extract.quant import QuantInfo, detect_quantization
 from moetune.extract.shape import Extraction, ShardedShape
-from moetune.extract.sharding import shard
+from moetune.extract.sharding import fewer_experts_note, shard
 from moetune.extract.sources import LoadedConfig, load_config
 
 
@@ -34,6 +33,9 @@ class Layout:
     ep: bool = False
     ep_size: int | None = None
     dtype: str = "auto"
+    # What `dtype` ("auto" included) resolved to for the model (`resolve_layouts`); labels
+    # show it. Not part of the layout's identity: a resolved layout equals the asked one.
+    resolved_dtype: str | None = field(default=None, compare=False)
 
     def split(self) -> str:
         """``TP2``, ``TP8 EP`` (vLLM) or ``TP8 EP4`` (SGLang)."""
@@ -44,8 +46,9 @@ class Layout:
         return f"TP{self.tp}"
 
     def label(self) -> str:
-        """``TP2 bf16``, ``TP8 EP fp8_w8a8``: how plans and summaries name the layout."""
-        return f"{self.split()} {self.dtype}"
+        """``TP2 bf16``, ``TP8 EP fp8_w8a8``: how plans and summaries name the layout
+        (with the dtype ``auto`` resolved to, once known)."""
+        return f"{self.split()} {self.resolved_dtype or self.dtype}"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,13 @@ class LayoutShard:
     layout: Layout
     sharded: ShardedShape
     kernel_dtype: KernelDtype
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the plan should say about this layout's kernel (dtype, top-k on a rank)."""
+        return tuple(
+            note for note in (self.kernel_dtype.note, fewer_experts_note(self.sharded)) if note
+        )
 
 
 @dataclass(frozen=True)
@@ -67,10 +77,14 @@ class SkippedLayout:
 
 @dataclass(frozen=True)
 class ResolvedLayouts:
+    """A model's config, its extraction and each asked layout, sharded or skipped."""
+
     loaded: LoadedConfig
     extraction: Extraction
     shards: tuple[LayoutShard, ...]
     skipped: tuple[SkippedLayout, ...]
+    # The asked layouts, each once, dtypes resolved, in the asked order.
+    layouts: tuple[Layout, ...] = ()
 
 
 def expand_layouts(
@@ -102,17 +116,13 @@ def expand_layouts(
 def shard_layout(
     extraction: Extraction, layout: Layout, quant: QuantInfo | None = None
 ) -> LayoutShard | SkippedLayout:
-    """Shard one layout; a split the engines refuse becomes a `SkippedLayout`."""
+    """Shard one layout (its dtype resolved); a split the engines refuse becomes a `SkippedLayout`."""
+    kernel_dtype = resolve_kernel_dtype(extraction.shape, layout.dtype, quant)
+    layout = replace(layout, resolved_dtype=kernel_dtype.name)
     try:
         sharded = shard(extraction.shape, tp=layout.tp, ep=layout.ep, ep_size=layout.ep_size)
     except MoetuneError as exc:
         return SkippedLayout(layout, str(exc))
-    if sharded.top_k > sharded.local_experts:
-        return SkippedLayout(
-            layout,
-            f"top-k {sharded.top_k} exceeds the {sharded.local_experts} expert(s) left on a rank",
-        )
-    kernel_dtype = resolve_kernel_dtype(extraction.shape, layout.dtype, quant)
     return LayoutShard(layout, sharded, kernel_dtype)
 
 
@@ -136,9 +146,15 @@ def resolve_layouts(
     )
     quant = detect_quantization(loaded.config)
     results = [shard_layout(extraction, layout, quant) for layout in layouts]
+    # `--dtype auto,bf16` on a bf16 checkpoint asks for one layout twice: keep the first.
+    distinct: dict[str, LayoutShard | SkippedLayout] = {}
+    for result in results:
+        distinct.setdefault(result.layout.label(), result)
+    results = list(distinct.values())
     return ResolvedLayouts(
         loaded=loaded,
         extraction=extraction,
         shards=tuple(r for r in results if isinstance(r, LayoutShard)),
         skipped=tuple(r for r in results if isinstance(r, SkippedLayout)),
+        layouts=tuple(r.layout for r in results),
     )

@@ -177,14 +177,20 @@ def unknown_architecture_message(
     if close:
         message += f"; close matches: {', '.join(close)}"
     name = re.sub(r"[^a-z0-9_.]", "_", (model_type or architecture or "").lower()) or "my_moe"
-    keys = []
+    keys = [f"name: {name}"]
     if architecture:
         keys.append(f"architectures: [{_flow_scalar(architecture)}]")
     if model_type:
         keys.append(f"model_types: [{_flow_scalar(model_type)}]")
+    add = "add an entry to moe_mappings.yaml (or a --mappings file)"
+    if not (architecture or model_type):  # nothing an entry could match on
+        keys.append(f"model_types: [{name}]")
+        add = f'add "model_type": "{name}" to the config, and an entry ' + add.removeprefix(
+            "add an entry "
+        )
     params = ", ".join(f"{p}: {(found or {}).get(p, '<path>')}" for p in REQUIRED_PARAMS)
-    entry = f"{{name: {name}, {', '.join(keys)}, params: {{{params}}}}}"
-    return f"{message}; add an entry to moe_mappings.yaml (or a --mappings file): {entry}"
+    entry = f"{{{', '.join(keys)}, params: {{{params}}}}}"
+    return f"{message}; {add}: {entry}"
 
 
 def _flow_scalar(text: str) -> str:
@@ -361,12 +367,19 @@ def _most_specific(error: Any) -> Any:
 def _schema_problems(path: str, node: Any, data: Any) -> list[str]:
     """Schema violations as 'FILE, line N: entry X, field Y: expected ..., got ...', by line."""
     problems = []
+    reported: set[tuple[Any, ...]] = set()  # missing fields already named
     for error in map(_most_specific, _validator().iter_errors(data)):
         location = list(error.absolute_path)
         line = _line_of(node, location)
         if error.validator == "required":
+            # jsonschema reports a `required` list once per missing name: name each once.
             absent = [name for name in error.validator_value if name not in error.instance]
-            message = f"{_where(path, line, data, location + absent[:1])}: missing (required)"
+            for name in absent:
+                if (*location, name) not in reported:
+                    reported.add((*location, name))
+                    where = _where(path, line, data, [*location, name])
+                    problems.append((line or 0, f"{where}: missing (required)"))
+            continue
         else:
             expected = error.schema.get("description") if isinstance(error.schema, dict) else None
             if not location:
@@ -380,7 +393,7 @@ def _schema_problems(path: str, node: Any, data: Any) -> list[str]:
                 f"got {_short(error.instance)}"
             )
         problems.append((line or 0, message))
-    return [message for _, message in sorted(problems)]
+    return [message for _, message in sorted(problems, key=lambda problem: problem[0])]
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:

@@ -27,7 +27,7 @@ from moetune.extract.quant import (
     layer_ranges,
 )
 from moetune.extract.shape import Extraction, ShardedShape
-from moetune.extract.sharding import shard
+from moetune.extract.sharding import fewer_experts_note, shard
 from moetune.extract.sources import LoadedConfig, load_config
 
 
@@ -213,6 +213,9 @@ def _notes(
         notes.extend(quant.notes)
         if quant.experts is not None:
             notes.extend(quant.experts.notes)
+    few = fewer_experts_note(local)
+    if few:
+        notes.append(few)
     if device.source.startswith("fallback"):
         notes.append(
             f"no GPU visible: the file names are for {device.name}; pass --device-name "

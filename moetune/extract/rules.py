@@ -1,7 +1,7 @@
 """Value rules: what each MoE parameter's value must be, declared in moe_mappings.yaml.
 
 The built-in moe_mappings.yaml holds one rule per parameter under `parameters`:
-a small JSON Schema (`type`, `minimum`, `maximum`, `minLength`, `items`,
+a small JSON Schema (`type`, `minimum`, `maximum`, `enum`, `minLength`, `items`,
 `minItems`, `maxItems`) that every value is checked against where it is read
 (config.json, transformers' defaults, `{default: ...}` literals). Two readings
 differ from plain JSON Schema:
@@ -76,6 +76,8 @@ def expected(rule: Rule) -> str:
             text += f" >= {rule['minimum']}"
         return text
     if kind == "string":
+        if "enum" in rule:
+            return "one of " + ", ".join(rule["enum"])
         return "a non-empty string" if rule.get("minLength", 0) > 0 else "a string"
     if kind == "array":
         count = rule.get("minItems")

@@ -83,3 +83,10 @@ class ShardedShape:
     @property
     def w1_width(self) -> int:
         return 2 * self.intermediate_size
+
+    @property
+    def kernel_top_k(self) -> int:
+        """The experts one token reaches on this rank: top-k, or all the rank's experts
+        where expert parallelism leaves fewer (Mixtral ``--tp 8 --ep``: 1 expert, top-k 2).
+        The file names carry no top-k; the tuner times this one."""
+        return min(self.top_k, self.local_experts)

@@ -110,3 +110,15 @@ def shard(
         ep_size=ep_ranks,
         global_experts=experts,
     )
+
+
+def fewer_experts_note(local: ShardedShape) -> str | None:
+    """What a rank holding fewer experts than top-k means for the tuner, or None."""
+    if local.kernel_top_k == local.top_k:
+        return None
+    return (
+        f"--tp {local.tp_size} with EP {local.ep_size} leaves {local.local_experts} expert(s) "
+        f"per rank, fewer than top-k {local.top_k}: a token "
+        f"reaches at most {local.kernel_top_k} of them on a rank, so the kernel is tuned "
+        f"with top-k {local.kernel_top_k} (the engines' file names carry no top-k)"
+    )

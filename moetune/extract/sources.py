@@ -236,17 +236,23 @@ def close_matches(repo_id: str, limit: int = 3) -> list[str]:
     return [known[name] for name in found]
 
 
-def _did_you_mean(repo_id: str) -> str:
-    matches = close_matches(repo_id)
+def _did_you_mean(repo_id: str, revision: str | None = None) -> str:
+    """Other known repo ids like `repo_id` (never itself); for a bundled model asked at a
+    revision, the way to its snapshot instead."""
+    if revision is not None and _catalog_file(repo_id) is not None:
+        return "; --revision skips the bundled snapshot of it: drop --revision to use that"
+    matches = [name for name in close_matches(repo_id) if name.lower() != repo_id.lower()]
     return f"; did you mean {' or '.join(matches)}?" if matches else ""
 
 
 def _from_hub(repo_id: str, revision: str | None) -> LoadedConfig:
     reachable, why = hub_reachable()
     if not reachable:
+        bundled = revision is not None and _catalog_file(repo_id) is not None
+        where = "the Hugging Face cache" + ("" if bundled else " or the bundled snapshots")
         raise ConfigSourceError(
-            f"{repo_id}{_at(revision)} is not in the Hugging Face cache or the bundled "
-            f"snapshots, and the Hub cannot be reached ({why}){_did_you_mean(repo_id)}"
+            f"{repo_id}{_at(revision)} is not in {where}, and the Hub cannot be reached "
+            f"({why}){_did_you_mean(repo_id, revision)}"
         )
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
@@ -265,7 +271,7 @@ def _from_hub(repo_id: str, revision: str | None) -> LoadedConfig:
         raise ConfigSourceError(
             f"cannot reach the Hugging Face Hub for {where} and it is not cached: check the "
             f"network, or run `hf download {repo_id} {CONFIG_NAME}` where it works"
-            f"{_did_you_mean(repo_id)}"
+            f"{_did_you_mean(repo_id, revision)}"
         ) from None
     except GatedRepoError:
         raise ConfigSourceError(

@@ -143,12 +143,12 @@ class TuneProblem:
         group_size: int | None = None,
         has_zp: bool = False,
     ) -> TuneProblem:
-        """The problem of one rank of an extracted, sharded model."""
+        """The problem of one rank of an extracted, sharded model (its `kernel_top_k`)."""
         return cls(
             num_experts=sharded.local_experts,
             intermediate_size=sharded.intermediate_size,
             hidden_size=sharded.hidden_size,
-            top_k=sharded.top_k,
+            top_k=sharded.kernel_top_k,
             dtype=dtype,
             block_shape=tuple(block_shape) if block_shape else None,
             per_channel=per_channel,

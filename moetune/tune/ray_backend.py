@@ -7,7 +7,7 @@ and is recorded exactly as in a local run. Outcomes come back per unit, so a
 killed run loses at most the units in flight.
 
 There is no parallel compile pass here (Triton's cache is per machine); each
-actor compiles as it measures. Ray is an optional extra (``pip install moetune[ray]``) and imported only here.
+actor compiles as it measures. Ray is an optional extra (``pip install -e ".[ray]"`` in the checkout) and imported only here.
 `address` is passed to ``ray.init`` (None: start or join a local instance).
 """
 
@@ -33,7 +33,8 @@ def _import_ray() -> Any:
         import ray
     except ImportError:
         raise TuneError(
-            "--backend ray needs Ray: pip install 'moetune[ray]' (or use --backend local)"
+            "--backend ray needs Ray: pip install -e '.[ray]' in the moetune checkout, or pip "
+            "install ray (or use --backend local)"
         ) from None
     return ray
 

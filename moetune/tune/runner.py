@@ -34,7 +34,14 @@ from moetune.roofline import moe_roofline
 from moetune.tune.measurer import Backend, RunContext, StoreMeasurer
 from moetune.tune.problem import TuneProblem
 from moetune.tune.routing_load import beats_floor_note, floor_hits
-from moetune.tune.space import Candidate, DeviceLimits, PruneReport, prune, swap_ab_candidates
+from moetune.tune.space import (
+    PRUNE_RULES,
+    Candidate,
+    DeviceLimits,
+    PruneReport,
+    prune,
+    swap_ab_candidates,
+)
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 from moetune.tune.worker import WorkUnit
 
@@ -148,9 +155,7 @@ def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:
     pruning = {m: prune(space, request.problem, m, limits) for m in request.batch_sizes}
     empty = [m for m, report in pruning.items() if not report.kept]
     if empty:
-        raise TuneError(
-            f"pruning left no candidate at batch size {empty[0]}: widen the search space"
-        )
+        raise TuneError(_nothing_left(pruning[empty[0]], empty[0], request.space_source))
     files = planned_files(
         request.problem,
         request.device_name,
@@ -159,6 +164,17 @@ def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:
         request.engines,
     )
     return TunePlan(request, limits, pruning, files, request.save_dir / STORE_FILENAME)
+
+
+def _nothing_left(report: PruneReport, batch_size: int, space_source: str) -> str:
+    """Why pruning kept nothing: the rule that removed the last candidates, in its own words."""
+    last = [name for name, count in report.removed.items() if count][-1]
+    rule = dict(PRUNE_RULES)[last].__doc__.strip().splitlines()[0].rstrip(".")
+    return (
+        f"pruning left no candidate at batch size {batch_size}: rule {last} removed the last "
+        f"{report.removed[last]} ({rule}); no config of the search space ({space_source}) "
+        "can run this problem"
+    )
 
 
 def plan_lines(plan: TunePlan) -> list[str]:

@@ -129,11 +129,12 @@ def default_space() -> list[Candidate]:
 
 
 def load_space(path: str | Path) -> list[Candidate]:
-    """A user-narrowed space from JSON or YAML.
+    """A user-narrowed space from JSON or YAML (``schemas/search_space.schema.json``).
 
     Either a grid, ``{"BLOCK_SIZE_M": [16, 32], "num_warps": 4, ...}`` (a
     missing parameter takes the default grid's values), or a list of complete
-    configs. Any problem is one `TuneError` line naming the file.
+    configs. Any problem is one `TuneError` line naming the file and, where it
+    is one value, its place (see docs/search-space.md).
     """
     source = Path(path)
     try:
@@ -148,12 +149,74 @@ def load_space(path: str | Path) -> list[Candidate]:
             f"search space {source} is not valid {source.suffix[1:] or 'YAML'}: {detail}"
         ) from None
     try:
+        _check_space_schema(data)
         candidates = _space_from_data(data)
     except TuneError as exc:
         raise TuneError(f"search space {source}: {exc}") from None
     if not candidates:
         raise TuneError(f"search space {source} holds no candidates")
     return candidates
+
+
+def _check_space_schema(data: Any) -> None:
+    """`data` against ``schemas/search_space.schema.json``: the first fault, in one line."""
+    from jsonschema import Draft202012Validator, validators
+    from jsonschema.exceptions import best_match
+
+    if not isinstance(data, (dict, list)):
+        raise TuneError(
+            "expected a mapping of parameter -> values or a list of configs, "
+            f"got {type(data).__name__} (see docs/search-space.md)"
+        )
+
+    def is_integer(checker: Any, instance: Any) -> bool:  # 64.0 and "64" are no tile sizes
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    strict = validators.extend(
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", is_integer),
+    )
+    schema = _space_schema()
+    definition = "grid" if isinstance(data, dict) else "configs"
+    validator = strict({"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"})
+    error = best_match(validator.iter_errors(data))
+    if error is None:
+        return
+    # A value that is neither a good value nor a list of them: say what one value must be.
+    while error.context and error.validator == "oneOf":
+        error = best_match(error.context)
+    where = ", ".join(
+        f"config {step + 1}"
+        if isinstance(step, int) and definition == "configs" and not i
+        else f"item {step + 1}"
+        if isinstance(step, int)
+        else str(step)
+        for i, step in enumerate(error.absolute_path)
+    )
+    described = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if error.validator in ("enum", "type", "minimum", "maximum") and described:
+        problem = f"{json.dumps(error.instance)} is not {described}"
+    elif error.validator == "additionalProperties":
+        unknown = sorted(map(str, set(error.instance) - set(PARAM_NAMES)))
+        problem = f"unknown parameter(s) {', '.join(unknown)}; expected {', '.join(PARAM_NAMES)}"
+    elif error.validator == "required":
+        missing = [name for name in PARAM_NAMES if name not in error.instance]
+        problem = f"missing {', '.join(missing)} (a config has all six keys)"
+    elif error.validator == "minItems":
+        problem = "an empty list (give at least one value)"
+    else:
+        problem = error.message
+    if len(problem) > 160:
+        problem = problem[:157] + "..."
+    raise TuneError(f"{where + ': ' if where else ''}{problem} (see docs/search-space.md)")
+
+
+def _space_schema() -> dict[str, Any]:
+    """The packaged ``search_space.schema.json`` (``moetune/data/schemas`` links to ``schemas/``)."""
+    from importlib import resources
+
+    source = resources.files("moetune") / "data" / "schemas" / "search_space.schema.json"
+    return json.loads(source.read_text())
 
 
 def _space_from_data(data: Any) -> list[Candidate]:

@@ -116,7 +116,7 @@ def group_layouts(
         ShapeGroup(
             problem,
             tuple(s.layout for s in members),
-            tuple(dict.fromkeys(s.kernel_dtype.note for s in members if s.kernel_dtype.note)),
+            tuple(dict.fromkeys(note for s in members for note in s.notes)),
         )
         for problem, members in groups.items()
     ]
@@ -248,6 +248,7 @@ def plan_sweep(
     `kernels` maps each engine to the kernel its file is timed on (None or absent:
     moetune's twin); engines on different kernels get one plan each.
     """
+    layouts = list(resolved.layouts or layouts)  # as resolved: dtype auto named, each once
     skipped = list(resolved.skipped)
     shards = []
     for shard in resolved.shards:

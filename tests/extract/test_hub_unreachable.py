@@ -64,6 +64,16 @@ def test_models_in_the_hf_cache_are_suggested_too(tmp_path):
     assert result.stderr.rstrip().endswith("did you mean my-org/Private-MoE-8x1B?")
 
 
+def test_a_bundled_model_at_a_revision_is_not_offered_back_as_a_guess(tmp_path):
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    args = ["--model", "Qwen/Qwen3-30B-A3B", "--revision", "main"]
+    result, _ = extract(args, tmp_path, endpoint)
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert "did you mean" not in line and "bundled snapshots" not in line
+    assert line.endswith("--revision skips the bundled snapshot of it: drop --revision to use that")
+
+
 def test_no_suggestion_when_nothing_is_close(tmp_path):
     endpoint = f"http://127.0.0.1:{closed_port()}"
     result, _ = extract(["--model", "zz/unrelated"], tmp_path, endpoint)

@@ -18,7 +18,7 @@ def test_missing_ray_gives_a_one_line_error(monkeypatch):
     from moetune.tune.ray_backend import RayBackend
 
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(TuneError, match=r"pip install 'moetune\[ray\]'"):
+    with pytest.raises(TuneError, match=r"pip install -e '\.\[ray\]' in the moetune checkout"):
         RayBackend()
 
 

@@ -55,17 +55,17 @@ def test_expand_layouts_is_the_product_in_order_without_duplicates():
 
 
 def test_layouts_with_the_same_shape_share_one_plan_and_one_store(tmp_path):
-    # auto is bf16 for this checkpoint: 4 layouts, 2 shapes.
+    # fp16 and bf16 are different layouts with different shapes; TP1 and TP2 of one dtype
+    # differ in N. auto is bf16 for this checkpoint, so "auto" and "bf16" are one layout.
     layouts = expand_layouts([1, 2], dtypes=["auto", "bf16"])
     plan = sweep(TINY, layouts, tmp_path)
     assert [group.problem.key() for group in plan.groups] == [
         "E=4,N=32,K=64,topk=2,dtype=bf16",
         "E=4,N=16,K=64,topk=2,dtype=bf16",
     ]
-    assert [group.labels() for group in plan.groups] == [
-        ["TP1 auto", "TP1 bf16"],
-        ["TP2 auto", "TP2 bf16"],
-    ]
+    # Labels name the dtype auto resolved to; the layout asked twice is planned once.
+    assert [group.labels() for group in plan.groups] == [["TP1 bf16"], ["TP2 bf16"]]
+    assert [layout.label() for layout in plan.layouts] == ["TP1 bf16", "TP2 bf16"]
     assert [p.problem for p in plan.plans] == [g.problem for g in plan.groups]
     assert {p.store_path for p in plan.plans} == {tmp_path / "measurements.jsonl"}
     assert not plan.skipped
@@ -77,28 +77,40 @@ def test_layouts_that_cannot_split_are_skipped_with_the_reason(tmp_path):
     layouts = expand_layouts([1, 2, 4], ep_sizes=[2, 4], dtypes=["bf16"])
     plan = sweep(TINY, layouts, tmp_path)
     reasons = {s.layout.label(): s.reason for s in plan.skipped}
-    assert set(reasons) == {"TP1 EP2 bf16", "TP1 EP4 bf16", "TP2 EP4 bf16", "TP4 EP4 bf16"}
+    assert set(reasons) == {"TP1 EP2 bf16", "TP1 EP4 bf16", "TP2 EP4 bf16"}
     assert reasons["TP1 EP2 bf16"].startswith("--ep-size 2 does not divide --tp 1")
-    assert reasons["TP4 EP4 bf16"] == "top-k 2 exceeds the 1 expert(s) left on a rank"
-    assert [g.labels() for g in plan.groups] == [["TP2 EP2 bf16"], ["TP4 EP2 bf16"]]
+    # One expert per rank, top-k 2: valid, as for the engines; the rank's kernel runs top-k 1.
+    assert [g.labels() for g in plan.groups] == [
+        ["TP2 EP2 bf16"],
+        ["TP4 EP2 bf16"],
+        ["TP4 EP4 bf16"],
+    ]
+    assert plan.groups[2].problem.key() == "E=1,N=32,K=64,topk=1,dtype=bf16"
+    assert any("fewer than top-k 2" in note for note in plan.groups[2].notes)
     lines = sweep_lines(plan)
-    assert "Layouts:     6 asked, 2 valid, 2 distinct per-rank shape(s) to tune, 4 skipped" in lines
-    assert any(line.startswith("  TP4 EP4 bf16  skipped: top-k 2 exceeds") for line in lines)
+    assert "Layouts:     6 asked, 3 valid, 3 distinct per-rank shape(s) to tune, 3 skipped" in lines
+    assert any(
+        line.startswith("  TP2 EP4 bf16  skipped: --ep-size 4 does not divide") for line in lines
+    )
     data = sweep_json(plan)
     by_label = {entry["layout"]: entry for entry in data["layouts"]}
     assert by_label["TP2 EP2 bf16"]["shape"] == "E=2,N=32,K=64,topk=2,dtype=bf16"
     assert by_label["TP2 EP2 bf16"]["skipped"] is None
     assert by_label["TP1 EP2 bf16"]["shape"] is None and by_label["TP1 EP2 bf16"]["skipped"]
-    assert [shape["layouts"] for shape in data["shapes"]] == [["TP2 EP2 bf16"], ["TP4 EP2 bf16"]]
+    assert [shape["layouts"] for shape in data["shapes"]] == [
+        ["TP2 EP2 bf16"],
+        ["TP4 EP2 bf16"],
+        ["TP4 EP4 bf16"],
+    ]
 
 
 def test_a_sweep_with_no_valid_layout_is_an_error_naming_each_reason(tmp_path):
-    layouts = expand_layouts([4, 8], ep=True, dtypes=["bf16"])
+    layouts = expand_layouts([8, 16], ep=True, dtypes=["bf16"])
     with pytest.raises(TuneError) as error:
         sweep(TINY, layouts, tmp_path)
     message = str(error.value)
-    assert message.startswith("no layout can be tuned: TP4 EP bf16: top-k 2 exceeds")
-    assert "TP8 EP bf16: --tp 8 --ep cannot split 4 experts" in message
+    assert message.startswith("no layout can be tuned: TP8 EP bf16: --tp 8 --ep cannot split 4")
+    assert "TP16 EP bf16: --tp 16 --ep cannot split 4 experts" in message
 
 
 def test_bf16_and_fp16_write_the_same_file_names_so_the_second_is_skipped(tmp_path):
@@ -227,7 +239,7 @@ def test_a_kernel_tune_cannot_time_skips_its_layout_in_a_sweep_and_fails_a_singl
     plan = sweep(static, layouts, tmp_path, space=default_space())
     assert [g.labels() for g in plan.groups] == [["TP2 bf16"]]
     (skipped,) = plan.skipped
-    assert skipped.layout.label() == "TP2 auto"
+    assert skipped.layout.label() == "TP2 fp8_w8a8"  # auto, resolved
     assert skipped.reason.startswith("moetune tune cannot time fp8_w8a8")
     with pytest.raises(TuneError, match="^moetune tune cannot time fp8_w8a8"):
         sweep(static, layouts[:1], tmp_path, space=default_space(), is_sweep=False)
