@@ -260,13 +260,13 @@ def test_a_table_the_engine_cannot_read_is_invalid_and_so_is_its_down_table(
     args = (*ARGS, "--engine", "sglang", "--triton-version", "3.6.0")
     assert run(capsys, *args)[0] == 0
 
-    (folder / DOWN).write_text(json.dumps({"1": {**ROW, "num_stages": 0}}))
+    (folder / DOWN).write_text(json.dumps({"1": {**ROW, "num_stages": 17}}))
     code, out, _ = run(capsys, *args)
     assert code == 4
     assert f"  FOUND: {folder / NAME} (folder triton_3_6_0)\n" in out
     assert (
         f"  _down file INVALID: {folder / DOWN}: batch size 1: config "
-        '"num_stages": 0 is less than the minimum of 1\n'
+        '"num_stages": 17 is greater than the maximum of 16\n'
     ) in out
 
     (folder / NAME).write_text(json.dumps({"²": ROW}))

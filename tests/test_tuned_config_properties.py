@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from moetune.cli import main
 from moetune.engines import sglang, vllm
-from moetune.engines.tables import TunedConfigError, read_table
+from moetune.engines.tables import TunedConfigError, check_table, definition_for, read_table
 from moetune.errors import MoetuneError
 from moetune.extract import filenames
 from moetune.tune.probe import Probe
@@ -32,7 +32,9 @@ VLLM_NAME = "E=4,N=32,device_name=NVIDIA_H200.json"
 
 
 SIX = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-KNOWN = {*SIX, "USE_TMA", "waves_per_eu", "matrix_instr_nonkdim", "kpack"}
+KNOWN = {*SIX, "USE_TMA", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "SPLIT_K"}
+# An engine reads an entry without num_warps/num_stages (Triton's launch defaults apply).
+REQUIRED = SIX[:4]
 TILES = (16, 32, 64, 128, 256, 512, 1024)
 VALID = {
     "BLOCK_SIZE_M": st.sampled_from(TILES),
@@ -111,14 +113,14 @@ def broken_tables(draw):
         )
         return {bad if k == key else k: v for k, v in table.items()}
     if kind == "value":
-        entry[draw(st.sampled_from(SIX))] = draw(
-            st.sampled_from(NEVER) | json_junk.filter(_not_int)
-        )
+        field = draw(st.sampled_from(SIX))
+        never = [v for v in NEVER if not (field == "num_stages" and v == 0)]  # 0: ROCm files
+        entry[field] = draw(st.sampled_from(never) | json_junk.filter(_not_int))
     elif kind == "range":
         field = draw(st.sampled_from(SIX))
         entry[field] = draw(st.sampled_from(OUT_OF_RANGE[field]))
     elif kind == "missing":
-        del entry[draw(st.sampled_from(SIX))]
+        del entry[draw(st.sampled_from(REQUIRED))]
     elif kind == "extra":
         entry[draw(st.text(max_size=8).filter(lambda k: k not in KNOWN))] = 1
     elif kind == "tma":
@@ -309,3 +311,21 @@ def test_check_says_found_or_invalid_never_crashes(hermetic, tmp_path, file):
         return
     assert code == 0, (code, err)
     assert f"  FOUND: {path}\n" in out
+
+
+def test_an_entry_without_warps_or_stages_reads_as_the_engine_launches_it(tmp_path):
+    # SGLang 0.5.23 ships triton_3_7_1 files like this; Triton's launch defaults fill the gap.
+    row = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
+    path = tmp_path / VLLM_NAME
+    path.write_bytes(raw({"1": row, "64": {**row, "num_warps": 8}}))
+    assert read_table(path) == {1: row, 64: {**row, "num_warps": 8}}
+    tuned = load_tuned_file(path)
+    assert [c.short() for c, _ in tuned.up.values()] == [
+        "M16 N64 K128 G1 w4 s3",
+        "M16 N64 K128 G1 w8 s3",
+    ]
+    # What moetune writes holds all six keys.
+    payload = {"1": row}
+    for engine in ("vllm", "sglang"):
+        with pytest.raises(TunedConfigError, match="'num_warps' is a required property"):
+            check_table(payload, definition_for(payload, engine, down=False, writing=True), "f")

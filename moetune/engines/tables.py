@@ -7,9 +7,11 @@ the schema's: which keys are batch sizes, which keys an entry holds, each value'
 type and range. This module reads the bytes, applies the rules, and turns the
 first violation into one line naming the file, the key and what is wrong.
 
-Readers take what the engine itself reads: a ``_down`` table is checked by the
-``sglang`` rules (SGLang pops ``USE_TMA`` with a default of false); moetune holds
-the down tables it writes to ``sglang_down`` (``USE_TMA`` on every entry).
+Readers take what the engine itself reads: an entry may leave out ``num_warps`` and
+``num_stages`` (Triton's launch defaults apply, as in SGLang's ``triton_3_7_1`` files),
+and a ``_down`` table is checked by the ``sglang`` rules (SGLang pops ``USE_TMA`` with
+a default of false). What moetune writes is held to the ``*_written`` rules and
+``sglang_down``: all six kernel keys, and ``USE_TMA`` on every down entry.
 """
 
 from __future__ import annotations
@@ -114,8 +116,8 @@ def definition_for(payload: Any, engine: str | None, *, down: bool, writing: boo
             raise TunedConfigError("vllm reads no separate down-GEMM table")
         return "sglang_down" if writing else "sglang"
     if engine is None:
-        return "vllm" if isinstance(payload, dict) and VERSION_KEY in payload else "sglang"
-    return engine
+        engine = "vllm" if isinstance(payload, dict) and VERSION_KEY in payload else "sglang"
+    return f"{engine}_written" if writing else engine
 
 
 def check_table(payload: Any, definition: str, label: str) -> dict[int, dict[str, Any]]:
@@ -132,7 +134,7 @@ def check_table(payload: Any, definition: str, label: str) -> dict[int, dict[str
     batch_keys = []
     for key in payload:
         if key == VERSION_KEY:
-            if definition != "vllm":
+            if definition not in ("vllm", "vllm_written"):
                 raise TunedConfigError(
                     f'{label}: key "{VERSION_KEY}" is not allowed in an SGLang table '
                     "(SGLang reads every key as a batch size; its triton_X_Y_Z folder carries "

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from moetune.engines.lookup import nearest_row
+from moetune.engines.lookup import TRITON_LAUNCH_DEFAULTS, nearest_row
 from moetune.engines.sglang import down_name
 from moetune.engines.tables import read_table
 from moetune.errors import MoetuneError
@@ -40,10 +40,13 @@ def down_table_path(path: Path) -> Path:
 
 
 def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
-    """One checked row (`read_table`): the six kernel keys (exactly; ROCm's extra keys are
-    refused) and ``USE_TMA``, false when absent."""
+    """One checked row (`read_table`) as the engine launches it: the six kernel keys
+    (``num_warps``/``num_stages`` absent: Triton's launch defaults), ``USE_TMA`` (false when
+    absent); ``SPLIT_K`` (a constexpr vLLM's kernel declares and never reads) is dropped; ROCm's extra keys are refused."""
     tma = bool(value.get("USE_TMA", False))
-    rest = {k: v for k, v in value.items() if k != "USE_TMA"}
+    rest = {**TRITON_LAUNCH_DEFAULTS, **value}
+    for ignored in ("USE_TMA", "SPLIT_K"):
+        rest.pop(ignored, None)
     try:
         return Candidate.from_config(rest), tma
     except MoetuneError as exc:

@@ -61,6 +61,11 @@ FALLBACK_CASES = [
     )
     for M in (*ENGINE_BATCH_SIZES, 3, 5, 20, 21, 40, 41, 65, 97, 513)
 ]
+def row(block_m: int) -> dict[str, int]:
+    """A table entry both engines read; only its BLOCK_SIZE_M tells the files apart."""
+    return {"BLOCK_SIZE_M": block_m, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+
+
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -239,7 +244,7 @@ def test_vllm_port_gives_vllms_own_answer(vllm_engine, vllm_installed, tmp_path,
     user.mkdir()
     # A user file that shadows a shipped one, with other rows.
     shadow = "E=8,N=14336,device_name=NVIDIA_H200.json"
-    (user / shadow).write_text(json.dumps({"3": {"BLOCK_SIZE_M": 32}, "999": {"BLOCK_SIZE_M": 64}}))
+    (user / shadow).write_text(json.dumps({"3": row(32), "999": row(64)}))
     monkeypatch.chdir(tmp_path)
     shipped = shipped_shapes("vllm", vllm_installed.configs_dir, "*.json")
 
@@ -272,8 +277,8 @@ def test_vllm_env_folder_as_vllm_reads_it(vllm_engine, vllm_installed, tmp_path,
     user = tmp_path / "user"
     user.mkdir()
     for folder, rows in (
-        (user, {"3": {"BLOCK_SIZE_M": 32}}),
-        (tmp_path, {"5": {"BLOCK_SIZE_M": 64}}),
+        (user, {"3": row(32)}),
+        (tmp_path, {"5": row(64)}),
     ):
         (folder / name).write_text(json.dumps(rows))
     monkeypatch.chdir(tmp_path)
@@ -383,7 +388,7 @@ def test_sglang_port_gives_sglangs_own_answer(sglang_engine, sglang_installed, t
     (own_root / "configs" / "triton_3_6_0").mkdir(parents=True)
     name = "E=128,N=768,device_name=NVIDIA_H200.json"
     (own_root / "configs" / "triton_3_6_0" / name).write_text(
-        json.dumps({"7": {"BLOCK_SIZE_M": 16}})
+        json.dumps({"7": row(16)})
     )
     shipped = shipped_shapes("sglang", sglang_installed.configs_dir, "triton_*/*.json")
 
@@ -419,8 +424,8 @@ def test_sglang_env_folder_as_sglang_reads_it(
     name = "E=128,N=768,device_name=NVIDIA_H200.json"
     mine = tmp_path / "mine"
     for root, rows in (
-        (mine, {"3": {"BLOCK_SIZE_M": 32}}),
-        (tmp_path, {"5": {"BLOCK_SIZE_M": 64}}),
+        (mine, {"3": row(32)}),
+        (tmp_path, {"5": row(64)}),
     ):
         (root / "configs" / "triton_3_6_0").mkdir(parents=True)
         (root / "configs" / "triton_3_6_0" / name).write_text(json.dumps(rows))
