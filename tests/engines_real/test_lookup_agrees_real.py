@@ -61,6 +61,8 @@ FALLBACK_CASES = [
     )
     for M in (*ENGINE_BATCH_SIZES, 3, 5, 20, 21, 40, 41, 65, 97, 513)
 ]
+
+
 def row(block_m: int) -> dict[str, int]:
     """A table entry both engines read; only its BLOCK_SIZE_M tells the files apart."""
     return {"BLOCK_SIZE_M": block_m, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
@@ -387,9 +389,7 @@ def test_sglang_port_gives_sglangs_own_answer(sglang_engine, sglang_installed, t
     own_root = tmp_path / "mine"
     (own_root / "configs" / "triton_3_6_0").mkdir(parents=True)
     name = "E=128,N=768,device_name=NVIDIA_H200.json"
-    (own_root / "configs" / "triton_3_6_0" / name).write_text(
-        json.dumps({"7": row(16)})
-    )
+    (own_root / "configs" / "triton_3_6_0" / name).write_text(json.dumps({"7": row(16)}))
     shipped = shipped_shapes("sglang", sglang_installed.configs_dir, "triton_*/*.json")
 
     @SETTINGS
