@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# H200: rank fidelity of moetune's twin (SASS-identical to vLLM 0.33.0's kernel on every vLLM path)
+# against vLLM 0.33.0's and SGLang 0.5.23's own kernels, M = 1 ... 4096, 8 seeded configs per point.
+# Carry .whl (jsonschema and its needs) and .engines/site (the wheels' fused-MoE files).
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH=/tmp/site:$PWD:$PWD/.engines/site PYTHONUNBUFFERED=1
+W=/tmp/wf; rm -rf $W; mkdir -p $W; pack() { tar -czf "$OUT/r.tgz" -C $W . ; }; trap pack EXIT
+date -u > $W/date.txt; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $W/machine.txt
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> $W/machine.txt
+step() { local name=$1 limit=$2; shift 2; local t0=$SECONDS
+  timeout --signal=INT --kill-after=5 $limit "$@" > $W/$name.log 2>&1; echo "$name rc=$? wall=$((SECONDS - t0))s" | tee -a $W/steps.txt; pack; }
+step fid_vllm ${LIMIT_VLLM:-300} python3 bench/fidelity.py --engine vllm --shape qwen3-30b-tp1 --shape mixtral-8x7b-tp2 --configs 8 --out $W/vllm
+step fid_sglang ${LIMIT_SGLANG:-250} python3 bench/fidelity.py --engine sglang --shape qwen3-30b-tp1 --shape deepseek-v3-fp8-tp8 --configs 8 --out $W/sglang
