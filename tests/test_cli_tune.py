@@ -261,6 +261,18 @@ def test_dry_run_of_an_fp8_block_checkpoint_follows_it(tmp_path):
     assert "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=[128,128]" in result.output
 
 
+def test_an_sglang_fp8_block_plan_on_the_twin_says_the_twin_ranks_it_unlike_sglang(tmp_path):
+    fp8 = str(QUANT / "Qwen__Qwen3-30B-A3B-FP8.json")
+    args = ["tune", "--model", fp8, "--dry-run", "--kernel", "moetune", "--save-dir", str(tmp_path)]
+    caveat = "SGLang's fp8-block kernel ranks unlike the twin"
+    for engine, shown in (("sglang", True), ("both", True), ("vllm", False)):
+        result = CliRunner().invoke(cli, [*args, "--engine", engine])
+        assert result.exit_code == 0, result.output
+        assert (caveat in result.output) is shown, engine
+    bf16 = CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--kernel", "moetune"))
+    assert bf16.exit_code == 0 and caveat not in bf16.output
+
+
 def install_args(save_dir, *extra):
     return [*tune_args(save_dir, "--engine", "vllm", "--install", "vllm"), *extra]
 

@@ -185,6 +185,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
         f"Device:      {request.device_name}, Triton {request.triton_version}, "
         f"pruned for {plan.limits.name}",
         f"Kernel:      {kernel_description(problem)}",
+        *_twin_caveat(plan),
         f"Search:      {request.search} over {len(request.space)} candidates "
         f"({request.space_source})",
         f"Batch sizes: {', '.join(map(str, request.batch_sizes))}",
@@ -210,6 +211,26 @@ def kernel_description(problem: TuneProblem) -> str:
             "the engine's own kernel is timed where the engine is installed)"
         )
     return problem.kernel.describe()
+
+
+def _twin_caveat(plan: TunePlan) -> list[str]:
+    """A plan line where the twin is known to rank unlike the engine it stands in for.
+
+    The twin is vLLM 0.33.0's kernel; on an H200 it ranks SGLang 0.5.23's fp8-block configs
+    unlike SGLang's own kernel (bench/results/2026-12-02-twin-fidelity/).
+    """
+    problem = plan.problem
+    if (
+        problem.kernel is None
+        and "sglang" in plan.request.engines
+        and problem.dtype == "fp8_w8a8"
+        and problem.block_shape
+    ):
+        return [
+            "             SGLang's fp8-block kernel ranks unlike the twin (its pick was up to",
+            "             16 % slower on an H200): install sglang where you tune to time its own",
+        ]
+    return []
 
 
 def _split_and_routing_lines(plan: TunePlan) -> list[str]:
