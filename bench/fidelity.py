@@ -1,7 +1,7 @@
 """Does moetune's twin rank configs as the engine's own kernel does? (GPU)
 
 For each shape and batch size, a seeded sample of configs from the pruned default
-space is timed as whole MoE calls (CUDA graph, `moetune.tune.timing`, "full"
+space is timed as whole MoE calls (CUDA graph, `moetune.tune.measure.timing`, "full"
 fidelity) on moetune's twin kernel and on the installed engine's kernel
 (`moetune.engines.launch`), interleaved, same inputs. Reported per point:
 
@@ -9,7 +9,7 @@ fidelity) on moetune's twin kernel and on the installed engine's kernel
 - the cost of the twin's pick on the engine's kernel: engine time of the config the
   twin ranks first over the engine's best in the sample, minus one;
 - the median same-config time ratio twin / engine (1.0: no drift);
-- every engine output checked against the float32 reference (`moetune.tune.verify`).
+- every engine output checked against the float32 reference (`moetune.tune.measure.verify`).
 
 Rows are appended to ``OUT/fidelity.jsonl`` as they are measured; ``--report`` turns
 such a file into the Markdown table of BENCHMARKS.md.
@@ -69,7 +69,8 @@ def point_summary(rows: list[dict]) -> dict:
 
 
 def sample_configs(problem, batch_size: int, count: int, seed: int) -> list:
-    from moetune.tune.space import DeviceLimits, default_space, prune
+    from moetune.device import DeviceLimits
+    from moetune.tune.search.space import default_space, prune
 
     kept = prune(default_space(), problem, batch_size, DeviceLimits.from_torch()).kept
     return random.Random(seed * 1000 + batch_size).sample(kept, min(count, len(kept)))
@@ -82,9 +83,9 @@ def measure(args: argparse.Namespace) -> int:
 
     from moetune.engines.launch import engine_gemm, resolve_kernel
     from moetune.kernel.problem import make_problem
+    from moetune.tune.measure.timing import time_fused_moe
+    from moetune.tune.measure.verify import check_output
     from moetune.tune.problem import TuneProblem
-    from moetune.tune.timing import time_fused_moe
-    from moetune.tune.verify import check_output
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,14 +16,14 @@ For every shape (bench/shapes.json), dtype and batch size M it measures, in one 
 Each variant is captured in a CUDA graph of several calls whose inputs rotate
 among different token sets (so consecutive calls route differently and small-M
 weights are not served from L2), replayed many times; p20/p50/p80 are per call.
-As in the tuner (moetune/tune/timing.py), the whole call and the GEMM pairs get new
+As in the tuner (moetune/tune/measure/timing.py), the whole call and the GEMM pairs get new
 router logits before every replay, outside the timed region (the GEMM pairs' routing
 weights and alignment are rewritten in place), so every replay routes differently.
 With `--vllm-ref FILE` the GEMM pairs also run on vLLM's `fused_moe_kernel` (source
 file, launcher and shim of bench/parity.py): same inputs and routings, same run, so a
 gap between the two kernels shows here rather than across runs.
 The floor is `moetune.roofline.moe_roofline` with BW (read bandwidth of the
-stream-read kernel, `moetune.tune.ceilings`) and PEAK (8192^3 matmul of the dtype's
+stream-read kernel, `moetune.tune.measure.ceilings`) and PEAK (8192^3 matmul of the dtype's
 compute type: bf16, fp8 `_scaled_mm`, int8 `_int_mm`) measured at the start of the run.
 
 Without a GPU (TRITON_INTERPRET=1) it times plain calls on the host instead: use
@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 import triton
 
-from moetune.extract.filenames import vllm_config_filename
+from moetune.engines.names import vllm_config_filename
 from moetune.fileio import atomic_write_json, atomic_write_text
 from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
@@ -150,7 +150,7 @@ def time_calls(calls: list, estimate_us: float, on_gpu: bool, refresh=None) -> T
     On a GPU: warm up (compiles), capture a CUDA graph of the calls, repeated to
     about GRAPH_TARGET_US, and time its replays with device events. `refresh`, when
     given, runs before every replay, outside the timed region: it gives the calls new
-    routings in place (the tuner's method, moetune/tune/timing.py), so no two replays
+    routings in place (the tuner's method, moetune/tune/measure/timing.py), so no two replays
     route alike and a kernel cannot be timed on one lucky (or unlucky) expert load.
     """
     refresh = refresh or (lambda: None)
@@ -215,11 +215,11 @@ def time_calls(calls: list, estimate_us: float, on_gpu: bool, refresh=None) -> T
 
 def measure_ceilings(device: str, quick: bool) -> dict:
     """Read bandwidth and matmul peaks: moetune's own measurement on a GPU
-    (`moetune.tune.ceilings`: stream-read kernel, bf16/fp8/int8 8192^3 matmuls);
+    (`moetune.tune.measure.ceilings`: stream-read kernel, bf16/fp8/int8 8192^3 matmuls);
     on the host a token copy and a small bf16 matmul, only so the script runs."""
     if device == "cuda" and not quick:
-        from moetune.tune.ceilings import MATMUL_SIZE, READ_BYTES
-        from moetune.tune.ceilings import measure_ceilings as measure
+        from moetune.tune.measure.ceilings import MATMUL_SIZE, READ_BYTES
+        from moetune.tune.measure.ceilings import measure_ceilings as measure
 
         c = measure()
         return {

@@ -35,14 +35,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from moetune.tune.probe import Probe
+from moetune.device import DeviceLimits
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
+from moetune.tune.measure.timing import Outcome
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TunePlan, TuneRequest
-from moetune.tune.space import Candidate, DeviceLimits, PruneReport
-from moetune.tune.split_fast import FastSplitOptions
-from moetune.tune.split_search import SplitOptions, tune_split
+from moetune.tune.search.space import PruneReport
+from moetune.tune.search.split_fast import FastSplitOptions
+from moetune.tune.search.split_search import SplitOptions, tune_split
 from moetune.tune.store import Measurement
-from moetune.tune.worker import Outcome
 
 LONE = ("up", "down")
 

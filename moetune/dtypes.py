@@ -37,8 +37,7 @@ GROUP_QUANT_DTYPES = ("int4_w4a16",)
 DEFAULT_INT4_GROUP_SIZE = 128
 # Kernel revisions that change timings but not results, per dtype. The tuner's problem key
 # carries them (`TuneProblem.key`), so a results store never resumes timings of an older
-# kernel. int4 w4a16 rev 2: the kernel compiles to vLLM's fused_moe_kernel_gptq_awq's SASS
-# (rev 1 timed 13-19 % slower than vLLM's on most configs, 1.7x faster on some; BENCHMARKS.md).
+# kernel. int4 w4a16 rev 2: the kernel that compiles to vLLM's fused_moe_kernel_gptq_awq's SASS.
 KERNEL_REVISIONS = {"int4_w4a16": 2}
 
 # The names `extract` reads (what `moetune tune` can time and write files for).

@@ -8,7 +8,7 @@ means the same thing:
                                                    under uniform routing; with a
                                                    replayed routing dump, the experts
                                                    its timed windows hit
-                                                   (`moetune.tune.routing_load`)
+                                                   (`moetune.tune.measure.routing_load`)
     bytes  = E_hit * (2N*K + K*N) * weight_bytes   every hit expert's w1 and w2, once
            + weight scales (fp8 / int8)
            + M*K*act_bytes + M*K*out_bytes         x read once, output written once
@@ -18,7 +18,7 @@ means the same thing:
 Intermediates (the gate/up output, the per-slot down output) are left out: a
 perfect kernel would keep them on chip. `bandwidth` and `peak` are measured on
 the machine in the same run where they can be (`Ceilings`, from
-`moetune.tune.ceilings`):
+`moetune.tune.measure.ceilings`):
 
 - bandwidth: READ bandwidth, the GPU's HBM spec (`HBM_SPEC_BYTES_PER_S`): the weights
   are only read, and no kernel reads faster than the spec. A streaming-read kernel

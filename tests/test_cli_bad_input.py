@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from moetune.cli import main
+from moetune.engines import names
 from moetune.errors import MoetuneError
-from moetune.extract import filenames
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QWEN3 = REPO_ROOT / "moetune" / "catalog" / "Qwen__Qwen3-30B-A3B.json"
@@ -29,7 +29,7 @@ def offline_no_gpu(monkeypatch, tmp_path):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
 
 
 def run(capsys, *args):
@@ -144,9 +144,9 @@ def test_empty_device_name_is_refused_not_replaced_by_the_fallback(capsys):
 def test_file_name_builders_refuse_a_path_too():
     # vLLM folds "/" into "_" as vLLM does; the ".." that is left is refused.
     with pytest.raises(MoetuneError, match="contains '..'"):
-        filenames.vllm_config_filename(8, 64, "../x")
+        names.vllm_config_filename(8, 64, "../x")
     with pytest.raises(MoetuneError, match="path separator"):
-        filenames.sglang_config_filename(8, 64, "a/b")
+        names.sglang_config_filename(8, 64, "a/b")
 
 
 # --- 3. crashes become one line --------------------------------------------------

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from moetune.cli import main
-from moetune.engines import sglang, vllm
+from moetune.engines import names, sglang, vllm
 from moetune.engines.installed import InstalledEngine
-from moetune.extract import filenames
 
 NAME = "E=128,N=768,device_name=NVIDIA_H200.json"
 DOWN = "E=128,N=768,device_name=NVIDIA_H200_down.json"
@@ -31,7 +30,7 @@ def hermetic(monkeypatch, tmp_path):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
     monkeypatch.setattr(vllm, "installed", lambda: None)
     monkeypatch.setattr(sglang, "installed", lambda: None)
 

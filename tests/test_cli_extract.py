@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from moetune.cli import main
-from moetune.extract import filenames
+from moetune.engines import names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KIMI_K3_FILE = "E=112,N=3072,device_name=NVIDIA_H200.json"
@@ -47,7 +47,7 @@ def offline_no_gpu(monkeypatch, tmp_path):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
 
 
 def run(capsys, *args):

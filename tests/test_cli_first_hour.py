@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from moetune.cli import main
-from moetune.extract import filenames
+from moetune.engines import names
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MOE = ROOT / "tests" / "tune" / "data" / "tiny-moe"
@@ -24,7 +24,7 @@ def offline_no_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setenv("COLUMNS", "80")  # what a first terminal has
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
     monkeypatch.chdir(tmp_path)
 
 

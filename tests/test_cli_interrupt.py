@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from moetune.tune.measure.worker import FAULTS_ENV
 from moetune.tune.store import STORE_FILENAME, ResultStore
-from moetune.tune.worker import FAULTS_ENV
 
 DATA = Path(__file__).parent / "tune" / "data"
 # 3 candidates at one batch size + the default config.

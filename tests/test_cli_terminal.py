@@ -127,7 +127,7 @@ def test_say_wraps_at_spaces_and_keeps_a_long_path_whole():
 def test_the_worker_drops_numpy_warnings_under_the_interpreter_only(tmp_path, interpret, shown):
     script = (
         "import numpy\n"
-        "from moetune.tune.worker import quiet_interpreter\n"
+        "from moetune.tune.measure.worker import quiet_interpreter\n"
         "quiet_interpreter()\n"
         "numpy.float32(3e38) * numpy.float32(10)\n"
     )

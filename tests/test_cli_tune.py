@@ -15,8 +15,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from moetune.cli import cli
+from moetune.tune.measure.worker import FAULTS_ENV
 from moetune.tune.store import STORE_FILENAME, ResultStore
-from moetune.tune.worker import FAULTS_ENV
 
 DATA = Path(__file__).parent / "tune" / "data"
 MODEL = str(DATA / "tiny-moe")

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from moetune.cli import main
-from moetune.extract.filenames import installed_triton_version
+from moetune.engines.names import installed_triton_version
+from moetune.kernel.config import Candidate
 from moetune.tune.dir_lock import LOCK_FILENAME
-from moetune.tune.space import Candidate
+from moetune.tune.measure.worker import FAULTS_ENV
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
-from moetune.tune.worker import FAULTS_ENV
 
 DATA = Path(__file__).parent / "tune" / "data"
 KEY = "E=4,N=32,K=64,topk=2,dtype=bf16"

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moetune.cli import main
-from moetune.extract import filenames
+from moetune.engines import names
 from moetune.extract.evaluate import text_config_prefix
 from moetune.extract.mappings import load_registry
 from moetune.extract.paths import MISSING, parse_path, resolve
@@ -113,7 +113,7 @@ def offline_no_gpu(monkeypatch, tmp_path):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
 
 
 def run_cli(*args):

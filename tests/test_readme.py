@@ -224,7 +224,7 @@ def test_help_texts_and_readme_say_the_same():
 
     from moetune.cli import cli
     from moetune.commands import texts
-    from moetune.extract.filenames import FALLBACK_DEVICE_NAME
+    from moetune.engines.names import FALLBACK_DEVICE_NAME
 
     readme = flat(gen.README.read_text())
     for name in ("FAST_SEARCH_SHARE", "DEVICE_NAME_DEFAULT", "FLOOR_HELP"):

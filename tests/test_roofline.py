@@ -42,7 +42,7 @@ def test_unknown_dtype_is_rejected():
 # The floor's ceilings: read bandwidth and the peak of the dtype's matmul.
 
 from moetune.roofline import Ceilings, hbm_spec  # noqa: E402
-from moetune.tune.ceilings import choose_bandwidth  # noqa: E402
+from moetune.tune.measure.ceilings import choose_bandwidth  # noqa: E402
 
 
 def ceilings(**peaks):

@@ -19,13 +19,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from moetune.cli import main
-from moetune.engines import sglang, vllm
+from moetune.engines import names, sglang, vllm
 from moetune.engines.tables import TunedConfigError, check_table, definition_for, read_table
+from moetune.engines.tuned_file import load_tuned_file
 from moetune.errors import MoetuneError
-from moetune.extract import filenames
-from moetune.tune.probe import Probe
-from moetune.tune.space import Candidate
-from moetune.tune.tuned_file import load_tuned_file
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
 
 MODEL = str(Path(__file__).parent / "tune" / "data" / "tiny-moe")  # E=4, N=32, K=64, top-k 2
 VLLM_NAME = "E=4,N=32,device_name=NVIDIA_H200.json"
@@ -244,7 +243,7 @@ def test_bytes_that_are_not_a_table_are_one_line(tmp_path, data):
 def hermetic(monkeypatch):
     for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR", "MOETUNE_MAPPINGS"):
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
     monkeypatch.setattr(vllm, "package_config_dir", lambda: None)
     monkeypatch.setattr(sglang, "package_root", lambda: None)
 

@@ -7,7 +7,7 @@
   read + write rate, the floor's former bandwidth, and its read-only half);
 - the HBM spec moetune knows for this GPU;
 - matmul peaks: bf16 torch.mm, fp8 e4m3 torch._scaled_mm, int8 torch._int_mm, 8192^3;
-- what `moetune.tune.ceilings.measure_ceilings` returns (the floor of `moetune tune`).
+- what `moetune.tune.measure.ceilings.measure_ceilings` returns (the floor of `moetune tune`).
 
 Every figure is written to the JSON as soon as it exists, so a cut run keeps data.
 """

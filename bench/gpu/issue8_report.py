@@ -11,7 +11,7 @@ limit, from the pair rows of its results store (marked "store").
 The floor is recomputed here with this tree's roofline (`moetune.roofline`): read
 bandwidth at the GPU's HBM spec, the bf16/fp8 matmul peak the run measured, and
 under ``--routing`` the experts the replayed dump's timed windows hit
-(`moetune.tune.routing_load`). The H200 runs of 2026-12-01 were made before
+(`moetune.tune.measure.routing_load`). The H200 runs of 2026-12-01 were made before
 those two changes, so their own `floor_us` (stream-read bandwidth, uniform
 routing) came out above the measured time at some points.
 """
@@ -63,8 +63,8 @@ def floor_us(summary: dict, batch_size: int, work: Path) -> float | None:
         return None
     hit = None
     if problem.routing_digest is not None:
-        from moetune.tune.routing_dump import load_routing
-        from moetune.tune.routing_load import floor_experts_hit
+        from moetune.tune.measure.routing_dump import load_routing
+        from moetune.tune.measure.routing_load import floor_experts_hit
 
         dump = load_routing(work / "skewed-qwen.npy", e, top_k)
         hit = floor_experts_hit(dump, batch_size, e)

@@ -120,10 +120,10 @@ def benchmark(
     from dataclasses import replace
 
     from moetune.engines.launch import benchmark_kernel
+    from moetune.engines.tuned_file import as_pair, describe, load_tuned_file, same_harness
     from moetune.tune.baselines import engine_baselines, geomean_speedup
+    from moetune.tune.measure.worker import WorkerPool, WorkUnit
     from moetune.tune.runner import kernel_description
-    from moetune.tune.tuned_file import as_pair, describe, load_tuned_file, same_harness
-    from moetune.tune.worker import WorkerPool, WorkUnit
 
     files = {str(path): load_tuned_file(path) for path in config_files}
     resolved = problem_from_options(model, dry_run=dry_run)
@@ -166,7 +166,7 @@ def benchmark(
         for name, tuned in files.items():
             picks[m][name] = tuned.pick(m)
     # An SGLang up + down pair is timed with the routing outside the graph; then every
-    # config is, so the columns stay comparable (`moetune.tune.tuned_file`).
+    # config is, so the columns stay comparable (`moetune.engines.tuned_file`).
     harness = "whole" if same_harness(p for row in picks.values() for p in row.values()) else "pair"
     if harness == "pair":
         picks = {m: {name: as_pair(p) for name, p in row.items()} for m, row in picks.items()}
@@ -254,7 +254,7 @@ def benchmark(
 
 
 def _described(pick: Any) -> dict[str, Any]:
-    from moetune.tune.tuned_file import describe
+    from moetune.engines.tuned_file import describe
 
     return {"config": None} if pick is None else describe(pick)
 
@@ -262,7 +262,7 @@ def _described(pick: Any) -> dict[str, Any]:
 def _mismatches(paths: tuple[Path, ...], problem: Any, resolved: Any, model: str) -> list[str]:
     """For each file whose name says another shape, GPU, dtype or block shape than the
     engines' names for `problem` on this device: what differs, in one line."""
-    from moetune.extract.filenames import config_file_fields
+    from moetune.engines.names import config_file_fields
     from moetune.tune.output import engine_file_path
 
     names = [

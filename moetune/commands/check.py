@@ -101,7 +101,7 @@ def check(
                 "--replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)"
             )
     from moetune.engines.check import check_engines
-    from moetune.extract.filenames import installed_triton_version
+    from moetune.engines.names import installed_triton_version
     from moetune.extract.report import build_report
 
     report = build_report(

@@ -14,7 +14,7 @@ from moetune.commands.options import (
     device_name_option,
     mappings_options,
 )
-from moetune.extract.filenames import DTYPE_CHOICES, VLLM_SEARCH_PATH
+from moetune.engines.names import DTYPE_CHOICES, VLLM_SEARCH_PATH
 
 if TYPE_CHECKING:
     from moetune.extract.report import ExtractReport

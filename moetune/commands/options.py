@@ -21,12 +21,12 @@ from moetune.dtypes import (
     DEFAULT_INT4_GROUP_SIZE,
     quant_details,
 )
-from moetune.errors import TuneError
-from moetune.extract.filenames import (
+from moetune.engines.names import (
     TUNABLE_ENGINE_DTYPES,
     device_name_error,
     device_name_problem,
 )
+from moetune.errors import TuneError
 
 TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", *TUNABLE_ENGINE_DTYPES)
 # The device name of a run on the CPU (TRITON_INTERPRET=1, no GPU): in plans and files alike.
@@ -335,9 +335,9 @@ def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> M
     Without a GPU the names are the CPU's under TRITON_INTERPRET=1 (where a run times on
     the CPU), else NVIDIA H200's; a dry run names what its run would write.
     """
-    from moetune.extract.filenames import FALLBACK_DEVICE_NAME, installed_triton_version
+    from moetune.device import DeviceLimits
+    from moetune.engines.names import FALLBACK_DEVICE_NAME, installed_triton_version
     from moetune.tune.runner import visible_devices
-    from moetune.tune.space import DeviceLimits
 
     devices = visible_devices(None)
     on_gpu = any(device is not None for device in devices)

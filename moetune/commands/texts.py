@@ -7,7 +7,7 @@ Plain strings, no imports: every command module may use them at import time.
 
 from __future__ import annotations
 
-# What share of the pruned grid the fast search times (measured: BENCHMARKS.md).
+# What share of the pruned grid the fast search times (`bench/replay_search.py`).
 FAST_SEARCH_SHARE = "about 5-10 % of the grid"
 SEARCH_HELP = (
     f"fast: times {FAST_SEARCH_SHARE}, within 2 % of the best (measured), and SGLang's "

@@ -179,7 +179,7 @@ def tune(
     from moetune.extract.layouts import resolve_layouts
     from moetune.tune.output import check_space
     from moetune.tune.results_dir import default_save_dir
-    from moetune.tune.space import default_space, load_space
+    from moetune.tune.search.space import default_space, load_space
     from moetune.tune.sweep import (
         plan_sweep,
         run_sweep,
@@ -387,7 +387,7 @@ def _routing_adapter(routing: str):  # noqa: ANN202
     """None for uniform routing; else the function giving each shape the dump to replay."""
     if routing == "uniform":
         return None
-    from moetune.tune.routing_dump import with_routing
+    from moetune.tune.measure.routing_dump import with_routing
 
     return lambda problem: with_routing(problem, routing)
 
@@ -490,7 +490,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
         markup=False,
     )
     if summary.split:
-        from moetune.tune.split_report import split_table
+        from moetune.tune.search.split_report import split_table
 
         print_table(console, split_table(summary.split))
     console.print("Wrote:", markup=False)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from moetune.engines.installed import InstalledEngine, find_installed
 from moetune.engines.lookup import Lookup, engine_fallback_table
-from moetune.extract.filenames import sglang_config_filename
+from moetune.engines.names import sglang_config_filename
 
 ENGINE = "sglang"
 FOLLOWS = "SGLang 0.5.23"

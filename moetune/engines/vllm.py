@@ -23,7 +23,7 @@ from pathlib import Path
 
 from moetune.engines.installed import InstalledEngine, find_installed
 from moetune.engines.lookup import Lookup, engine_fallback_table
-from moetune.extract.filenames import vllm_config_filename
+from moetune.engines.names import vllm_config_filename
 
 ENGINE = "vllm"
 FOLLOWS = "vLLM 0.33.0"

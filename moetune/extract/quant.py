@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from moetune.dtypes import accepted_summary, tune_accepts
+from moetune.engines import names
 from moetune.errors import InvalidMappingsError
-from moetune.extract import filenames
 
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 ENGINES = ("vllm", "sglang")
@@ -546,11 +546,11 @@ def engine_plan(group: QuantGroup, E: int, N: int, device_name: str) -> dict[str
         file_n = N // runtime.n_divisor
         if runtime.has_file:
             if engine == "vllm":
-                file_name = filenames.vllm_config_filename(
+                file_name = names.vllm_config_filename(
                     E, file_n, device_name, runtime.file_dtype, group.block_shape
                 )
             else:
-                file_name = filenames.sglang_config_filename(
+                file_name = names.sglang_config_filename(
                     E,
                     file_n,
                     device_name,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from moetune.extract import filenames
+from moetune.engines import names
+from moetune.engines.names import KernelDtype, resolve_kernel_dtype
 from moetune.extract.evaluate import extract_shape
-from moetune.extract.filenames import KernelDtype, resolve_kernel_dtype
 from moetune.extract.mappings import load_registry
 from moetune.extract.quant import (
     EnginePlan,
@@ -59,7 +59,7 @@ class ExtractReport:
 
     @property
     def sglang_config_dir(self) -> str:
-        return filenames.sglang_config_dir_hint(self.triton_version)
+        return names.sglang_config_dir_hint(self.triton_version)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with self-explanatory keys (the `--json` output)."""
@@ -90,7 +90,7 @@ class ExtractReport:
             "device_name": self.device.name,
             "device_name_source": self.device.source,
             "vllm_config_file": self.vllm_config_file,
-            "vllm_config_search_path": filenames.VLLM_SEARCH_PATH,
+            "vllm_config_search_path": names.VLLM_SEARCH_PATH,
             "sglang_config_file": self.sglang_config_file,
             "sglang_config_dir": self.sglang_config_dir,
             "triton_version": self.triton_version,
@@ -132,10 +132,10 @@ def resolve_device_name(device_name: str | None) -> DeviceName:
     """The user's `--device-name`, else the first GPU's (``nvidia-smi``), else the fallback."""
     if device_name is not None:
         return DeviceName(device_name, "--device-name")
-    detected = filenames.detect_device_name()
+    detected = names.detect_device_name()
     if detected:
         return DeviceName(detected, "nvidia-smi")
-    return DeviceName(filenames.FALLBACK_DEVICE_NAME, "fallback: no GPU visible")
+    return DeviceName(names.FALLBACK_DEVICE_NAME, "fallback: no GPU visible")
 
 
 def build_report(
@@ -179,11 +179,11 @@ def build_report(
         sharded=local,
         kernel_dtype=kernel_dtype,
         device=device,
-        triton_version=filenames.installed_triton_version(),
-        vllm_config_file=filenames.vllm_config_filename(
+        triton_version=names.installed_triton_version(),
+        vllm_config_file=names.vllm_config_filename(
             *args, kernel_dtype.engine_dtype, kernel_dtype.block_shape
         ),
-        sglang_config_file=filenames.sglang_config_filename(
+        sglang_config_file=names.sglang_config_filename(
             local.local_experts,
             engine_file_n("sglang", local.intermediate_size, kernel_dtype.engine_dtype),
             device.name,

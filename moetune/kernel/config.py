@@ -15,7 +15,11 @@ byte per weight and activation) takes the fp8 heuristic; int4 w4a16 follows vLLM
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from moetune.dtypes import KERNEL_DTYPES
+from moetune.errors import TuneError
 
 DTYPES = KERNEL_DTYPES
 
@@ -28,6 +32,75 @@ CONFIG_KEYS = (
     "num_warps",
     "num_stages",
 )
+
+
+TILE_KEYS = CONFIG_KEYS[:3]
+# The engines' fp8 kernels on sm90 swap A and B (SWAP_AB) for thin M tiles: BLOCK_SIZE_M 8 is legal there.
+SWAP_AB_BLOCK_M = 8
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One kernel config. Field names are the engines' JSON keys.
+
+    Tiles are powers of two of at least 16 (``tl.arange`` and ``tl.dot``
+    require it), but BLOCK_SIZE_M may be 8: the engines' fp8 kernels on sm90 swap
+    A and B (``SWAP_AB``), which makes the token tile the dot's N (see
+    `swap_ab_candidates`). `num_warps` is a power of two; anything else raises `TuneError`.
+    """
+
+    BLOCK_SIZE_M: int
+    BLOCK_SIZE_N: int
+    BLOCK_SIZE_K: int
+    GROUP_SIZE_M: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self) -> None:
+        for name in CONFIG_KEYS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TuneError(f"{name} must be a positive integer, got {value!r}")
+        for name in TILE_KEYS:
+            value = getattr(self, name)
+            least = SWAP_AB_BLOCK_M if name == "BLOCK_SIZE_M" else 16
+            if value < least or not _is_power_of_two(value):
+                raise TuneError(f"{name} must be a power of two >= {least}, got {value}")
+        if not _is_power_of_two(self.num_warps) or self.num_warps > 32:
+            raise TuneError(f"num_warps must be 1, 2, 4, 8, 16 or 32, got {self.num_warps}")
+
+    def as_config(self) -> dict[str, int]:
+        """The engines' per-batch-size entry, keys in their usual order."""
+        return {name: getattr(self, name) for name in CONFIG_KEYS}
+
+    @classmethod
+    def from_config(cls, config: Any) -> Candidate:
+        """Parse an engine entry; exactly the six keys, integer values."""
+        if not isinstance(config, dict):
+            raise TuneError(
+                f"a config must be a mapping of {', '.join(CONFIG_KEYS)}, got {config!r}"
+            )
+        missing = [name for name in CONFIG_KEYS if name not in config]
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if missing:
+            raise TuneError(f"config {config} is missing {', '.join(missing)}")
+        if unknown:
+            raise TuneError(
+                f"config {config} has unknown key(s) {', '.join(map(str, unknown))}; "
+                f"expected {', '.join(CONFIG_KEYS)}"
+            )
+        return cls(**{name: config[name] for name in CONFIG_KEYS})
+
+    def short(self) -> str:
+        """Compact label for tables and logs: ``M64 N128 K64 G16 w4 s3``."""
+        return (
+            f"M{self.BLOCK_SIZE_M} N{self.BLOCK_SIZE_N} K{self.BLOCK_SIZE_K} "
+            f"G{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}"
+        )
 
 
 def _config(bm: int, bn: int, bk: int, group: int, warps: int, stages: int) -> dict:

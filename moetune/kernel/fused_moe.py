@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from moetune.engines.launch import vllm_0_33
 from moetune.errors import MoetuneError
+from moetune.kernel import launch_rules
 from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
 from moetune.kernel.config import default_config
@@ -52,7 +52,7 @@ def kernel_dtype(x: torch.Tensor, quant: MoEQuant | None) -> str:
     return "fp16" if x.dtype == torch.float16 else "bf16"
 
 
-def _quantize_activation(a: torch.Tensor, quant: MoEQuant | None):
+def quantize_activation(a: torch.Tensor, quant: MoEQuant | None):
     """``(a as GEMM input, its scale or None)``: fp8/int8 for w8a8, unchanged otherwise."""
     if quant is None or quant.dtype not in ("fp8_w8a8", "int8_w8a8"):
         return a, None
@@ -116,7 +116,7 @@ def naive_assignment(
         return engine_gemm.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
     if split.up_tma or split.down_tma:
         return False
-    return vllm_0_33.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
+    return launch_rules.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
 
 
 def fused_experts(
@@ -219,7 +219,7 @@ def fused_experts(
         sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post_padded
     )
 
-    a1, a1_scale = _quantize_activation(x, quant)
+    a1, a1_scale = quantize_activation(x, quant)
     gemm(
         a1,
         w1,
@@ -241,7 +241,7 @@ def fused_experts(
         # Block fp8: SiLU-and-mul and the per-token-group quantization in one pass.
         a2, a2_scale = silu_and_mul_quant_fp8(gate_up, block_shape[1])
     else:
-        a2, a2_scale = _quantize_activation(silu_and_mul(gate_up), quant)
+        a2, a2_scale = quantize_activation(silu_and_mul(gate_up), quant)
     gemm(
         a2,
         w2,

@@ -428,9 +428,9 @@ def device_capability(tensor: torch.Tensor) -> tuple[int, int] | None:
 def swaps_ab(config: dict, quant_dtype: str | None, capability: tuple[int, int] | None) -> bool:
     """Whether a launch swaps A and B: vLLM 0.33's rule (fp8_w8a8, compute capability 9.0,
     BLOCK_SIZE_M < 64, BLOCK_SIZE_N >= 64; SGLang 0.5.23 swaps on every 9.x alike)."""
-    from moetune.engines.launch import vllm_0_33
+    from moetune.kernel.launch_rules import swap_ab
 
-    return vllm_0_33.swap_ab(config, quant_dtype, capability)
+    return swap_ab(config, quant_dtype, capability)
 
 
 def effective_block_k(config: dict, block_shape: tuple[int, int] | None) -> int:

@@ -23,9 +23,8 @@ expression by expression (int32 slot ids and row offsets, int64 weight columns
 wrapped with ``% N``, the scale pointers rebuilt every K step, A's K mask kept on
 even K), so that Triton and ptxas emit the engine's SASS: the same instructions
 and registers for the configs and shape checked (``bench/sass_loop.py --int4``,
-sm_90a, Triton 3.6 and 3.9; BENCHMARKS.md, 2026-12-01). A tuner's kernel should
-time what the engine runs. The
-cost is a compile per (N, K), which a tune of one shape pays once. Only ragged K
+sm_90a, Triton 3.6 and 3.9: bench/results/sass-int4-2026-12-01/). A tuner's kernel
+should time what the engine runs. The cost is a compile per (N, K), which a tune of one shape pays once. Only ragged K
 differs: the weight load is masked past K (the engine's reads past the tensor).
 
 Interpreter (``INTERPRETER_BF16``, Triton 3.9's CPU interpreter, bf16 only): the
@@ -102,7 +101,7 @@ def fused_moe_wna16_kernel(
 ):
     # The body follows the engines' kernel expression by expression (integer widths,
     # operand order, the scale pointers rebuilt every step, A's K mask kept when
-    # EVEN_K), so that ptxas emits the engine's code: see BENCHMARKS.md, 2026-12-01.
+    # EVEN_K), so that ptxas emits the engine's code (`bench/sass_loop.py --int4`).
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(EM, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)

@@ -518,7 +518,7 @@ def _time_of(
     store: ResultStore, key: tuple[str, str, str], batch_size: int, config: Any
 ) -> float | None:
     """The store's ok full-fidelity time of `config` at `batch_size`, or None."""
-    from moetune.tune.space import Candidate
+    from moetune.kernel.config import Candidate
 
     try:
         candidate = Candidate.from_config(config)

@@ -25,12 +25,12 @@ from typing import Any
 
 from moetune.engines import sglang, vllm
 from moetune.engines.lookup import load_table, nearest_row, timeable
+from moetune.engines.tuned_file import load_tuned_file
 from moetune.errors import MoetuneError
 from moetune.extract.quant import engine_file_n
-from moetune.tune.probe import Probe
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
-from moetune.tune.tuned_file import load_tuned_file
 
 ORDER = ("vllm_fallback", "sglang_fallback", "vllm_file", "sglang_file")
 
@@ -80,7 +80,7 @@ def engine_baselines(
 
     A file the engine would find but moetune cannot read is left out, with a note.
     SGLang's file with a ``_down`` table beside it: with `pair_down_tables`, each
-    batch size's up + down pair (`moetune.tune.tuned_file`, timed in the split
+    batch size's up + down pair (`moetune.engines.tuned_file`, timed in the split
     harness); without it (the tune, whose rows are whole calls), the up table alone,
     with a note saying so.
     """

@@ -5,7 +5,7 @@
     SGLang  <save_dir>/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200.json
             {"1": {...}, "2": {...}, ...}            (no version key: the folder has it)
             <save_dir>/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200_down.json
-            {"1": {..., "USE_TMA": false}, ...}      (the down GEMM's table, `moetune.tune.split`)
+            {"1": {..., "USE_TMA": false}, ...}      (the down GEMM's table, `moetune.tune.search.split`)
 
 Batch-size keys are decimal strings in numeric order; each entry holds the six
 kernel keys. Both engines pick the entry whose key is nearest to the live batch
@@ -21,6 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from moetune.engines.install import backup_stamp, write_keeping_backup
+from moetune.engines.names import (
+    sglang_config_filename,
+    sglang_config_folder,
+    sglang_down_config_filename,
+    vllm_config_filename,
+)
 from moetune.engines.tables import (
     DOWN_SUFFIX,
     TunedConfigError,
@@ -30,15 +36,9 @@ from moetune.engines.tables import (
     parse_json,
 )
 from moetune.errors import TuneError
-from moetune.extract.filenames import (
-    sglang_config_filename,
-    sglang_config_folder,
-    sglang_down_config_filename,
-    vllm_config_filename,
-)
+from moetune.kernel.config import Candidate
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
-from moetune.tune.split import SplitResult, reads_down_file, single_entries, split_entries
+from moetune.tune.search.split import SplitResult, reads_down_file, single_entries, split_entries
 
 ENGINES = ("vllm", "sglang")
 
@@ -134,7 +134,7 @@ def write_engine_files(
 
     An engine that reads a down-GEMM table (SGLang) gets two files: from `split`
     (one `SplitResult` per batch size) when given, else the single config in both
-    with ``"USE_TMA": false`` in the down table (see `moetune.tune.split`).
+    with ``"USE_TMA": false`` in the down table (see `moetune.tune.search.split`).
 
     A different file already at a path is kept beside it as ``<file>.bak-<UTC time>``
     (as ``tune --install`` does) and a line saying so goes to `notes`; an identical one

@@ -59,7 +59,7 @@ class TuneProblem:
     top_k: int
     dtype: str
     block_shape: tuple[int, int] | None = None
-    # A real-routing dump (`moetune.tune.routing_dump`) replayed instead of uniform
+    # A real-routing dump (`moetune.tune.measure.routing_dump`) replayed instead of uniform
     # random routing: its path and content digest (the digest names it in `key()`).
     routing: str | None = None
     routing_digest: str | None = None

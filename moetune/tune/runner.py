@@ -12,11 +12,11 @@ verify    each winner against the PyTorch reference; a wrong one is never
           written, the next best is checked instead
 split     for SGLang's up/down tables: the up and down GEMMs searched apart,
           a pair written only where it is faster as a whole call
-          (`moetune.tune.split_search`)
+          (`moetune.tune.search.split_search`)
 write     the vLLM and SGLang files, atomically, schema-validated
 summary   per batch size: config, latency, speedup over each baseline,
           fraction of the roofline floor (read bandwidth and the dtype's
-          matmul peak, measured on this GPU: `moetune.tune.ceilings`), kept
+          matmul peak, measured on this GPU: `moetune.tune.measure.ceilings`), kept
           in <save-dir>/summary.json for `moetune report`
 """
 
@@ -29,21 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moetune.device import DeviceLimits
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
 from moetune.roofline import moe_roofline
-from moetune.tune.measurer import Backend, RunContext, StoreMeasurer
+from moetune.tune.measure.measurer import Backend, RunContext, StoreMeasurer
+from moetune.tune.measure.routing_load import beats_floor_note, floor_hits
+from moetune.tune.measure.worker import WorkUnit
 from moetune.tune.problem import TuneProblem
-from moetune.tune.routing_load import beats_floor_note, floor_hits
-from moetune.tune.space import (
-    PRUNE_RULES,
-    Candidate,
-    DeviceLimits,
-    PruneReport,
-    prune,
-    swap_ab_candidates,
-)
+from moetune.tune.search.space import PRUNE_RULES, PruneReport, prune, swap_ab_candidates
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
-from moetune.tune.worker import WorkUnit
 
 ENGINES = ("vllm", "sglang")
 # How many runners-up are checked against the reference before a batch size is given up.
@@ -122,13 +117,17 @@ class TuneSummary:
     reused: int = 0
     ceilings: Any = None
     compile: dict[str, float] = field(default_factory=dict)
-    split: list[Any] = field(default_factory=list)  # moetune.tune.split.SplitResult per batch size
+    split: list[Any] = field(default_factory=list)  # a search.split.SplitResult per batch size
     baselines: list[Any] = field(default_factory=list)  # moetune.tune.baselines.Baseline
 
     def geomean_speedup(self, key: str) -> float | None:
         from moetune.tune.baselines import geomean_speedup
 
         return geomean_speedup([(row.baseline_us.get(key), row.latency_us) for row in self.rows])
+
+    def to_json(self) -> dict[str, Any]:
+        """What `tune --json` prints for this shape (`summary_json`)."""
+        return summary_json(self)
 
 
 def planned_files(
@@ -234,8 +233,8 @@ def _twin_caveat(plan: TunePlan) -> list[str]:
 
 
 def _split_and_routing_lines(plan: TunePlan) -> list[str]:
-    from moetune.tune.split import split_engines
-    from moetune.tune.split_search import SplitOptions, split_plan_lines
+    from moetune.tune.search.split import split_engines
+    from moetune.tune.search.split_search import SplitOptions, split_plan_lines
 
     problem = plan.problem
     routing = problem.routing or "uniform random (fresh per replay)"
@@ -267,20 +266,20 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
 
 
 def _split_engines(plan: TunePlan) -> tuple[str, ...]:
-    from moetune.tune.split import split_engines
+    from moetune.tune.search.split import split_engines
 
     return split_engines(plan.request.engines)
 
 
 def make_backend(request: TuneRequest) -> Backend:
     if request.backend == "ray":
-        from moetune.tune.ray_backend import RayBackend
+        from moetune.tune.measure.ray_backend import RayBackend
 
         return RayBackend(
             num_gpus=sum(1 for d in request.devices if d is not None),
             timeout_s=request.timeout_s,
         )
-    from moetune.tune.worker import WorkerPool
+    from moetune.tune.measure.worker import WorkerPool
 
     return WorkerPool(
         list(request.devices),
@@ -383,7 +382,7 @@ def run_tune(
     enter = stage or (lambda name: None)
     from moetune.tune.baselines import engine_baselines, time_baselines
     from moetune.tune.output import write_engine_files
-    from moetune.tune.strategy import exhaustive_search, fast_search
+    from moetune.tune.search.strategy import exhaustive_search, fast_search
 
     request, problem = plan.request, plan.problem
     started = time.perf_counter()
@@ -431,7 +430,7 @@ def run_tune(
         enter("verify")
         verified = verify_winners(backend, problem, choices, summary.notes)
         if _split_engines(plan):
-            from moetune.tune.split_search import SplitOptions, tune_split
+            from moetune.tune.search.split_search import SplitOptions, tune_split
 
             enter("split")
             singles = {m: verified[m][0].candidate for m in request.batch_sizes}

@@ -9,7 +9,7 @@ on load with a warning and cut off before the next append.
 
 A measurement is keyed by (problem key, batch size, candidate, fidelity,
 device name, Triton version, and what was timed: `kind` with its TMA flags and,
-for a pair, the down config; see `moetune.tune.probe`): a store may hold
+for a pair, the down config; see `moetune.kernel.probe`): a store may hold
 several problems, GPUs and Triton versions side by side without mixing them.
 Rows written before kinds existed read as ``kind: "whole"``. A failed candidate is a row
 like any other, with its status and error. When a key appears twice, the later
@@ -42,10 +42,10 @@ from typing import Any, BinaryIO
 from filelock import FileLock
 
 from moetune.errors import MoetuneWarning, TuneError
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import KINDS, Probe, from_fields, probe_fields
 from moetune.tune.environment import ENVIRONMENT, is_environment_failure
-from moetune.tune.probe import KINDS, Probe, from_fields, probe_fields
 from moetune.tune.signals import signals_deferred
-from moetune.tune.space import Candidate
 
 STORE_FILENAME = "measurements.jsonl"
 # Open flags that refuse a symlink and keep the descriptor out of worker processes.

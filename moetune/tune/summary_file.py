@@ -8,7 +8,7 @@ them, so that `moetune report` can show the summary again later, without a GPU.
 
 One entry per tuned shape on one device and Triton version (the keys the store
 uses): the latest finished run's, in the format of `moetune tune --json`
-(`moetune.tune.runner.summary_json`), with the written files relative to the
+(`TuneSummary.to_json`), with the written files relative to the
 save dir. A run of another shape into the same save dir adds its entry and
 keeps the others. The file is rewritten atomically under a lock.
 """
@@ -46,10 +46,8 @@ def entry_key(entry: dict[str, Any]) -> EntryKey:
 
 def summary_entry(summary: Any) -> dict[str, Any]:
     """One `moetune.tune.runner.TuneSummary` as an entry of the file."""
-    from moetune.tune.runner import summary_json
-
     request = summary.plan.request
-    entry = summary_json(summary)
+    entry = summary.to_json()
     entry["files"] = [_relative(path, request.save_dir) for path in summary.files]
     entry["engines"] = list(request.engines)
     entry["source"] = request.source

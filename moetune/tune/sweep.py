@@ -24,12 +24,12 @@ on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
   bench/results/tune-h200.md);
 - baselines: each engine's fallback config and the file it loads today, one
   whole-call timing per batch size each, at the same rate;
-- split search (engines that read a down table, `moetune.tune.split_search`):
+- split search (engines that read a down table, `moetune.tune.search.split_search`):
   a lone-GEMM timing takes about 0.065 s and a whole call with split configs
   (the pair confirmations) about 0.14 s (10,444 and 175 of them in the six
   recorded H200 stores with split rows, bench/split_rates.py). ``--search fast``
   times about 14 lone GEMMs per GEMM variant per batch size (its replay on the
-  recorded default-grid store, BENCHMARKS.md); ``--search thorough`` times each
+  recorded default-grid store, `bench/replay_split.py`); ``--search thorough`` times each
   variant about 0.8 times as often as the whole search timed whole calls (0.95
   on the int8_w8a8 store, 0.62 on GLM-4.5-Air TP4: 4,217 lone rows for 2,279
   whole ones over three variants); exhaustive times every pruned pair per variant;
@@ -49,11 +49,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from moetune.device import DeviceLimits
 from moetune.dtypes import quant_details
 from moetune.engines.launch import KernelRef
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
-from moetune.tune.measurer import Backend
+from moetune.tune.measure.measurer import Backend
 from moetune.tune.output import ENGINES, skipped_engines
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import (
@@ -67,7 +68,6 @@ from moetune.tune.runner import (
     summary_json,
 )
 from moetune.tune.signals import STOP_SIGNALS
-from moetune.tune.space import DeviceLimits
 
 # See the module docstring for where these come from.
 SECONDS_PER_TIMED = 0.06  # one whole-call timing (search or baseline)
@@ -139,8 +139,8 @@ class Estimate:
 
 def split_variant_count(plan: TunePlan) -> int:
     """The GEMM variants the split search times (TMA ones the shape rules out left out)."""
-    from moetune.tune.split_fast import tma_rule_out
-    from moetune.tune.split_search import SplitOptions, variants
+    from moetune.tune.search.split_fast import tma_rule_out
+    from moetune.tune.search.split_search import SplitOptions, variants
 
     found = variants(SplitOptions(up_tma=plan.request.up_tma))
     return sum(1 for kind, tma in found if not tma or tma_rule_out(plan.problem, kind) is None)
@@ -148,7 +148,7 @@ def split_variant_count(plan: TunePlan) -> int:
 
 def estimate(plan: TunePlan) -> Estimate:
     """Expected wall time of one plan on an H200-class machine (module docstring)."""
-    from moetune.tune.split import split_engines
+    from moetune.tune.search.split import split_engines
 
     request = plan.request
     batch_sizes = len(request.batch_sizes)

@@ -5,10 +5,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from moetune.device import DeviceLimits
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import DeviceLimits, default_space, prune
+from moetune.tune.search.space import default_space, prune
+from moetune.tune.search.strategy import exhaustive_search
 from moetune.tune.store import ResultStore
-from moetune.tune.strategy import exhaustive_search
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "tune"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.tune.split_fast import FastSplitOptions
+from moetune.tune.search.split_fast import FastSplitOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetune.cli import cli, main
+from moetune.device import DeviceLimits
 from moetune.engines.launch import (
     KernelChoiceError,
     KernelRef,
@@ -22,8 +23,9 @@ from moetune.engines.launch import (
     vllm_0_33,
 )
 from moetune.engines.source import EngineSourceError, has_jit_functions, load_jit_functions
+from moetune.kernel.config import SWAP_AB_BLOCK_M
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import SWAP_AB_BLOCK_M, DeviceLimits, default_space, swap_ab_candidates
+from moetune.tune.search.space import default_space, swap_ab_candidates
 
 STAND_IN_KERNEL = """\
 import torch  # never executed: only the jit functions are

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.extract.filenames import sglang_config_filename, vllm_config_filename
+from moetune.engines.names import sglang_config_filename, vllm_config_filename
 
 NAMES = Path(__file__).resolve().parent.parent / "fixtures" / "engines" / "h200-config-names.txt"
 

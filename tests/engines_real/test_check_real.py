@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from moetune.cli import main
+from moetune.engines import names
 from moetune.engines.install import install_target
-from moetune.extract import filenames
 
 pytestmark = pytest.mark.engines
 
@@ -27,7 +27,7 @@ H200 = ("--device-name", "NVIDIA H200")
 
 @pytest.fixture(autouse=True)
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
 
 
 def check(capsys, *args):
@@ -110,7 +110,7 @@ def test_check_extract_and_install_name_the_folder_the_package_reads(
     assert install_target("vllm", "3.9.0", env={}).folder == vllm_folder
     assert install_target("sglang", "3.9.0", env={}).folder == sglang_folder
 
-    assert filenames.sglang_config_dir_hint("3.9.0").endswith(f", default {sglang_folder}/")
+    assert names.sglang_config_dir_hint("3.9.0").endswith(f", default {sglang_folder}/")
 
 
 def test_a_missing_engine_is_one_line(capsys, monkeypatch, engines_site):

@@ -24,7 +24,7 @@ from moetune.engines.launch import (
 from moetune.kernel.fused_moe import fused_moe
 from moetune.kernel.naive import naive_fused_moe
 from moetune.kernel.problem import make_problem
-from moetune.tune.verify import compare
+from moetune.tune.measure.verify import compare
 
 pytestmark = pytest.mark.engines
 

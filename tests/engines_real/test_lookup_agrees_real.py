@@ -7,7 +7,7 @@ released source file alone, with the names they use from elsewhere stubbed (the
 GPU's name, the Triton version, the env, the logger). They then run against the
 real shipped config folders, and each answer (file name, the file opened, the
 config used at M, SGLang's down config) is compared with moetune's: file names
-from `moetune.extract.filenames`, folders and order from `moetune.engines`, the
+from `moetune.engines.names`, folders and order from `moetune.engines`, the
 row from `nearest_row`, the fallback from `default_config`.
 
 Where the engine imports fully (a real install with its dependencies), the last
@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from moetune.engines import sglang, vllm
 from moetune.engines.lookup import ENGINE_BATCH_SIZES, load_table, nearest_row
-from moetune.extract.filenames import sglang_config_filename, vllm_config_filename
+from moetune.engines.names import sglang_config_filename, vllm_config_filename
 from moetune.extract.quant import engine_file_n
 
 pytestmark = pytest.mark.engines
@@ -141,8 +141,8 @@ def shipped_shapes(engine: str, folder: Path, pattern: str) -> list[Shape]:
             stem += stem_tail
         fields = dict(part.split("=", 1) for part in stem.split(","))
         dtype = fields.get("dtype")
-        if dtype not in DTYPES:
-            continue
+        if dtype not in DTYPES or not fields["device_name"]:
+            continue  # SGLang ships "device_name=," files: moetune refuses an empty name
         N = int(fields["N"])
         if engine == "sglang" and dtype == "int4_w4a16":
             N *= 2  # SGLang's int4 file holds the packed N / 2

@@ -2,9 +2,8 @@
 
 import pytest
 
-from moetune.errors import MoetuneError
-from moetune.extract import filenames
-from moetune.extract.filenames import (
+from moetune.engines import names
+from moetune.engines.names import (
     resolve_kernel_dtype,
     sglang_config_filename,
     sglang_config_folder,
@@ -12,6 +11,7 @@ from moetune.extract.filenames import (
     vllm_config_filename,
     vllm_device_name,
 )
+from moetune.errors import MoetuneError
 from moetune.extract.shape import MoEShape
 
 DEEPSEEK_V3 = MoEShape(256, 8, 2048, 7168, 7168, 1, "bfloat16", "fp8", (128, 128))
@@ -100,7 +100,7 @@ def test_sglang_dir_hint_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
     monkeypatch.setattr(installed, "find_installed", lambda engine: None)
     # Not installed: the current release's folder (0.5.11 on)
-    assert filenames.sglang_config_dir_hint("3.6.0") == (
+    assert names.sglang_config_dir_hint("3.6.0") == (
         "$SGLANG_MOE_CONFIG_DIR/configs/triton_3_6_0/, "
         "default sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_6_0/"
     )
@@ -115,13 +115,13 @@ def test_sglang_dir_hint_follows_the_environment(monkeypatch, tmp_path):
         "0.5.10",
     )
     monkeypatch.setattr(installed, "find_installed", lambda engine: old)
-    assert filenames.sglang_config_dir_hint("3.6.0").endswith(
+    assert names.sglang_config_dir_hint("3.6.0").endswith(
         f", default {tmp_path}/fused_moe_triton/configs/triton_3_6_0/"
     )
     monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", "")
-    assert "set but empty" in filenames.sglang_config_dir_hint("3.6.0")
+    assert "set but empty" in names.sglang_config_dir_hint("3.6.0")
     monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", "/opt/moe")
-    assert filenames.sglang_config_dir_hint("3.6.0") == (
+    assert names.sglang_config_dir_hint("3.6.0") == (
         "/opt/moe/configs/triton_3_6_0/ ($SGLANG_MOE_CONFIG_DIR)"
     )
 
@@ -185,16 +185,16 @@ def test_unknown_dtype_lists_the_choices():
 
 
 def test_detect_device_name_without_nvidia_smi(monkeypatch):
-    monkeypatch.setattr(filenames.shutil, "which", lambda name: None)
-    assert filenames.detect_device_name() is None
+    monkeypatch.setattr(names.shutil, "which", lambda name: None)
+    assert names.detect_device_name() is None
 
 
 def test_detect_device_name_reads_the_first_gpu(monkeypatch, tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'NVIDIA H200'\necho 'NVIDIA H200'\n")
     smi.chmod(0o755)
-    monkeypatch.setattr(filenames.shutil, "which", lambda name: str(smi))
-    assert filenames.detect_device_name() == "NVIDIA H200"
+    monkeypatch.setattr(names.shutil, "which", lambda name: str(smi))
+    assert names.detect_device_name() == "NVIDIA H200"
 
 
 # `_down` files as they sit in SGLang's configs folders
@@ -224,7 +224,7 @@ SGLANG_DOWN_NAMES = [
 
 @pytest.mark.parametrize("args, name", SGLANG_DOWN_NAMES, ids=[n for _, n in SGLANG_DOWN_NAMES])
 def test_sglang_down_names_match_sglangs_own_files(args, name):
-    from moetune.extract.filenames import sglang_down_config_filename
+    from moetune.engines.names import sglang_down_config_filename
 
     assert sglang_down_config_filename(*args) == name
     # The up twin is the same name without the suffix.
@@ -232,7 +232,7 @@ def test_sglang_down_names_match_sglangs_own_files(args, name):
 
 
 def test_sglang_down_suffix_comes_after_per_channel_quant():
-    from moetune.extract.filenames import sglang_down_config_filename
+    from moetune.engines.names import sglang_down_config_filename
 
     assert (
         sglang_down_config_filename(161, 192, "NVIDIA H200", "fp8_w8a8", per_channel_quant=True)
@@ -272,16 +272,16 @@ def test_quantized_name_table(dtype, block, per_channel, vllm, sglang):
 @pytest.mark.parametrize(
     "kernel, refused",
     [
-        (filenames.KernelDtype(None, "bfloat16", None, "x"), None),
-        (filenames.KernelDtype("fp8_w8a8", "bfloat16", (128, 128), "x"), None),
-        (filenames.KernelDtype("int4_w4a16", "float16", (0, 128), "x"), None),
+        (names.KernelDtype(None, "bfloat16", None, "x"), None),
+        (names.KernelDtype("fp8_w8a8", "bfloat16", (128, 128), "x"), None),
+        (names.KernelDtype("int4_w4a16", "float16", (0, 128), "x"), None),
         # int8_w8a16 runs per-channel only: a group-quantized checkpoint is refused.
-        (filenames.KernelDtype("int8_w8a16", "bfloat16", None, "x"), None),
-        (filenames.KernelDtype("int8_w8a16", "bfloat16", (0, 128), "x"), "int8_w8a16 group 128"),
-        (filenames.KernelDtype("fp8_w8a8", "bfloat16", None, "x", per_channel=True), None),
-        (filenames.KernelDtype("int8_w8a8", "bfloat16", None, "x", per_channel=True), None),
+        (names.KernelDtype("int8_w8a16", "bfloat16", None, "x"), None),
+        (names.KernelDtype("int8_w8a16", "bfloat16", (0, 128), "x"), "int8_w8a16 group 128"),
+        (names.KernelDtype("fp8_w8a8", "bfloat16", None, "x", per_channel=True), None),
+        (names.KernelDtype("int8_w8a8", "bfloat16", None, "x", per_channel=True), None),
         (
-            filenames.KernelDtype("fp8_w8a8", "bfloat16", None, "x", static_activations=True),
+            names.KernelDtype("fp8_w8a8", "bfloat16", None, "x", static_activations=True),
             "fp8_w8a8 static activation scales",
         ),
     ],

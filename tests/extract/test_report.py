@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from moetune.extract import filenames
+from moetune.engines import names
 from moetune.extract.report import build_report, resolve_device_name
 
 BRIEF_KEYS = {
@@ -50,9 +50,9 @@ def test_to_dict_is_json_with_the_documented_keys():
 
 
 def test_device_name_sources(monkeypatch):
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(names, "detect_device_name", lambda: "NVIDIA H100 80GB HBM3")
     assert resolve_device_name(None).source == "nvidia-smi"
     assert resolve_device_name("NVIDIA B200").name == "NVIDIA B200"
-    monkeypatch.setattr(filenames, "detect_device_name", lambda: None)
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
     fallback = resolve_device_name(None)
     assert (fallback.name, fallback.source) == ("NVIDIA H200", "fallback: no GPU visible")

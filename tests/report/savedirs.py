@@ -6,11 +6,13 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from moetune.device import DeviceLimits
+from moetune.kernel.config import Candidate
 from moetune.roofline import Ceilings
+from moetune.tune.measure.timing import Outcome
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TuneRequest, make_plan, run_tune
-from moetune.tune.space import Candidate, DeviceLimits, load_space
-from moetune.tune.worker import Outcome
+from moetune.tune.search.space import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "tune" / "data"
@@ -30,7 +32,7 @@ def fake_us(batch_size: int, candidate, scale: float) -> float:
 
 @dataclass
 class FakeGPU:
-    """A `moetune.tune.measurer.Backend` that answers at once: every config runs, times by
+    """A `moetune.tune.measure.measurer.Backend` that answers at once: every config runs, times by
     `fake_us` (`scale`: a slower GPU), and matches the reference."""
 
     scale: float = 1.0

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from savedirs import EXAMPLES, PNG_MAGIC, PROBLEM, Page, body_rows, tune_into
 
 from moetune.cli import cli, main
+from moetune.kernel.config import Candidate
 from moetune.tune.output import engine_file_path
-from moetune.tune.space import Candidate
 from moetune.tune.store import STORE_FILENAME, ResultStore
 from moetune.tune.summary_file import SUMMARY_FILENAME, read_summary_file
 

@@ -1,6 +1,6 @@
 """A synthetic GPU for strategy tests: an analytic latency landscape with noise and failures.
 
-It is deliberately unlike `moetune.tune.costmodel` (which fast search uses to
+It is deliberately unlike `moetune.tune.search.costmodel` (which fast search uses to
 order candidates): a padded-work roofline times a random bowl in log2
 parameter space whose optimum drifts with the batch size, plateaus (GROUP_SIZE_M
 matters only with many row blocks, num_warps in steps), a shared-memory
@@ -15,9 +15,11 @@ import math
 import random
 from collections.abc import Sequence
 
+from moetune.device import DeviceLimits
+from moetune.kernel.config import Candidate
 from moetune.roofline import expected_experts_hit
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import PARAM_NAMES, Candidate, DeviceLimits
+from moetune.tune.search.space import PARAM_NAMES
 from moetune.tune.store import Measurement
 
 NOISE = {"quick": 0.02, "full": 0.005}

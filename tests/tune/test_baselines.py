@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from moetune.kernel.config import Candidate
 from moetune.tune.baselines import engine_baselines, geomean_speedup, time_baselines
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
 
 QWEN = TuneProblem(128, 768, 2048, 8, "bf16")
 NAME = "E=128,N=768,device_name=NVIDIA_H200.json"

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from moetune.tune.costmodel import expected_row_blocks, predicted_seconds
+from moetune.device import DeviceLimits
+from moetune.kernel.config import Candidate
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate, DeviceLimits, default_space, prune
+from moetune.tune.search.costmodel import expected_row_blocks, predicted_seconds
+from moetune.tune.search.space import default_space, prune
 
 H200 = DeviceLimits.h200()
 QWEN3_30B_INT4 = TuneProblem(128, 768, 2048, 8, "int4_w4a16", group_size=128)

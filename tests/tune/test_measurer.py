@@ -2,11 +2,11 @@
 
 import pytest
 
-from moetune.tune.measurer import RunContext, StoreMeasurer
+from moetune.kernel.config import Candidate
+from moetune.tune.measure.measurer import RunContext, StoreMeasurer
+from moetune.tune.measure.worker import FAULTS_ENV, WorkerPool
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
 from moetune.tune.store import ResultStore
-from moetune.tune.worker import FAULTS_ENV, WorkerPool
 
 PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
 GOOD = Candidate(16, 32, 32, 1, 4, 2)

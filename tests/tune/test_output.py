@@ -4,6 +4,7 @@ import os
 import pytest
 
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
 from moetune.tune.output import (
     sglang_payload,
     validate_tuned_config,
@@ -11,7 +12,6 @@ from moetune.tune.output import (
     write_engine_files,
 )
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
 
 SMALL = Candidate(16, 64, 128, 1, 4, 3)
 MEDIUM = Candidate(64, 128, 64, 16, 4, 3)
@@ -174,7 +174,7 @@ def test_vllms_published_h200_files_validate():
 
 def test_check_space_takes_the_default_grid_and_refuses_what_no_file_holds():
     from moetune.tune.output import check_space
-    from moetune.tune.space import default_space
+    from moetune.tune.search.space import default_space
 
     assert check_space(default_space(), "default") == default_space()
     with pytest.raises(TuneError, match=r'space.json: M16 N64 K128 G5000 w4 s3: "GROUP_SIZE_M"'):

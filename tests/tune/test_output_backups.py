@@ -5,9 +5,9 @@ import json
 import pytest
 
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
 from moetune.tune.output import write_engine_files
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
 
 PROBLEM = TuneProblem(8, 7168, 4096, 2, "bf16")
 RESULTS = {1: Candidate(16, 64, 128, 1, 4, 3), 64: Candidate(64, 128, 64, 16, 4, 3)}

@@ -3,13 +3,14 @@ default configs and the engines' file names."""
 
 import pytest
 
+from moetune.device import DeviceLimits
 from moetune.dtypes import KERNEL_DTYPES
 from moetune.errors import TuneError
-from moetune.kernel.config import default_config
+from moetune.kernel.config import Candidate, default_config
 from moetune.roofline import WEIGHT_BYTES, moe_roofline
 from moetune.tune.output import engine_file_path, skipped_engines
 from moetune.tune.problem import TUNE_DTYPES, TuneProblem
-from moetune.tune.space import Candidate, DeviceLimits, default_space, prune
+from moetune.tune.search.space import default_space, prune
 
 H200 = DeviceLimits.h200()
 INT4 = TuneProblem(128, 768, 2048, 8, "int4_w4a16", group_size=128)
@@ -172,7 +173,7 @@ def test_tune_accepts_what_the_kernel_implements():
 
 def test_a_store_never_resumes_timings_of_an_older_int4_kernel(tmp_path):
     """The int4 kernel's revision is in the problem key: rev-1 rows (keyed without it) stay unused."""
-    from moetune.tune.space import Candidate
+    from moetune.kernel.config import Candidate
     from moetune.tune.store import Measurement, ResultStore
 
     old_key = "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128"

@@ -5,9 +5,9 @@ import sys
 import pytest
 
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
+from moetune.tune.measure.worker import FAULTS_ENV, WorkUnit
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
-from moetune.tune.worker import FAULTS_ENV, WorkUnit
 
 PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
 GOOD = Candidate(16, 32, 32, 1, 4, 2)
@@ -15,7 +15,7 @@ CRASHES = Candidate(16, 64, 32, 1, 4, 2)
 
 
 def test_missing_ray_gives_a_one_line_error(monkeypatch):
-    from moetune.tune.ray_backend import RayBackend
+    from moetune.tune.measure.ray_backend import RayBackend
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(TuneError, match=r"pip install -e '\.\[ray\]' in the moetune checkout"):
@@ -24,7 +24,7 @@ def test_missing_ray_gives_a_one_line_error(monkeypatch):
 
 def test_ray_actors_run_units_and_survive_a_crashing_candidate(monkeypatch):
     pytest.importorskip("ray")
-    from moetune.tune.ray_backend import RayBackend
+    from moetune.tune.measure.ray_backend import RayBackend
 
     # Read by the worker processes the actor spawns (they inherit the actor's environment).
     monkeypatch.setenv(FAULTS_ENV, "crash:BLOCK_SIZE_N=64")

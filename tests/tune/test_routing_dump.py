@@ -11,16 +11,16 @@ from click.testing import CliRunner
 
 from moetune.cli import cli
 from moetune.errors import TuneError
-from moetune.tune.probe import Probe
-from moetune.tune.problem import TuneProblem
-from moetune.tune.routing_dump import (
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
+from moetune.tune.measure.routing_dump import (
     expert_histogram,
     load_routing,
     sglang_dump_files,
     window,
     with_routing,
 )
-from moetune.tune.space import Candidate
+from moetune.tune.problem import TuneProblem
 
 E, TOP_K = 8, 2
 
@@ -174,7 +174,7 @@ def test_the_windows_of_a_skewed_dump_carry_its_skew(tmp_path):
 
 def test_the_timed_gemm_replays_the_dumps_expert_load(tmp_path):
     from moetune.kernel.problem import make_problem
-    from moetune.tune.probe_timing import _Bench, measure_probe
+    from moetune.tune.measure.probe_timing import _Bench, measure_probe
 
     problem = with_routing(PROBLEM, skewed_dump(tmp_path))
     dump = load_routing(problem.routing, E, TOP_K)

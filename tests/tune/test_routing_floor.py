@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 import torch
 
+from moetune.kernel.config import Candidate
 from moetune.roofline import Ceilings, expected_experts_hit, moe_roofline
-from moetune.tune.problem import TuneProblem
-from moetune.tune.routing_dump import RoutingDump, load_routing, with_routing
-from moetune.tune.routing_load import (
+from moetune.tune.measure.routing_dump import RoutingDump, load_routing, with_routing
+from moetune.tune.measure.routing_load import (
     beats_floor_note,
     floor_experts_hit,
     floor_hits,
     replayed_experts_hit,
     timed_windows,
 )
-from moetune.tune.space import Candidate
-from moetune.tune.timing import fidelity_of
+from moetune.tune.measure.timing import fidelity_of
+from moetune.tune.problem import TuneProblem
 
 E, TOP_K = 64, 4
 N, K = 32, 64
@@ -139,7 +139,7 @@ def test_experts_hit_matches_a_brute_force_count_over_the_timers_draws(
     tmp_path, monkeypatch, eager_us, calls
 ):
     from moetune.kernel.problem import make_problem
-    from moetune.tune.probe_timing import _Bench, _time_cuda_graph
+    from moetune.tune.measure.probe_timing import _Bench, _time_cuda_graph
 
     path = tmp_path / "skewed.npy"
     np.save(path, zipf_rows(700, 1.1, seed=5))
@@ -179,8 +179,8 @@ def test_the_summary_gets_the_dumps_counts_and_a_plain_note(tmp_path):
 
 
 def test_the_json_rows_carry_the_floors_count(tmp_path):
+    from moetune.device import DeviceLimits
     from moetune.tune.runner import BatchResult, TuneRequest, TuneSummary, make_plan, summary_json
-    from moetune.tune.space import DeviceLimits
 
     a = Candidate(16, 32, 32, 1, 4, 2)
     problem = TuneProblem(E, N, K, TOP_K, "bf16")

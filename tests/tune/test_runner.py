@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from moetune.device import DeviceLimits
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
+from moetune.tune.measure.timing import Outcome
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import (
     TuneRequest,
@@ -15,9 +18,8 @@ from moetune.tune.runner import (
     run_tune,
     verify_winners,
 )
-from moetune.tune.space import Candidate, DeviceLimits, load_space
+from moetune.tune.search.space import load_space
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
-from moetune.tune.worker import Outcome
 
 DATA = Path(__file__).parent / "data"
 PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")

@@ -56,7 +56,7 @@ def test_processes_started_inside_never_see_sigint_and_the_parent_still_does():
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_descendants_finds_grandchildren():
-    from moetune.tune.worker import descendants
+    from moetune.tune.measure.worker import descendants
 
     code = (
         "import subprocess, sys, time; "

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from moetune.device import DeviceLimits
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import (
+from moetune.tune.search.space import (
     DEFAULT_BATCH_SIZES,
     PRUNE_RULES,
-    Candidate,
-    DeviceLimits,
     default_space,
     load_space,
     max_row_blocks,

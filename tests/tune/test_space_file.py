@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from moetune.errors import TuneError
-from moetune.tune.space import DEFAULT_VALUES, PARAM_NAMES, load_space
+from moetune.tune.search.space import DEFAULT_VALUES, PARAM_NAMES, load_space
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schemas" / "search_space.schema.json"

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
 from moetune.tune.output import validate_tuned_config, write_engine_files
-from moetune.tune.probe import Probe
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
-from moetune.tune.split import (
+from moetune.tune.search.split import (
     ENGINE_FORMATS,
     SplitResult,
     best_per_block_m,
@@ -215,7 +215,7 @@ class PassingBackend:
         self.verified = []
 
     def run(self, units):
-        from moetune.tune.worker import Outcome
+        from moetune.tune.measure.timing import Outcome
 
         for unit in units:
             for candidate in unit.candidates:
@@ -224,8 +224,9 @@ class PassingBackend:
 
 
 def split_plan(tmp_path, search="fast"):
+    from moetune.device import DeviceLimits
     from moetune.tune.runner import TuneRequest, make_plan
-    from moetune.tune.space import DeviceLimits, grid
+    from moetune.tune.search.space import grid
 
     space = grid(
         {
@@ -252,7 +253,7 @@ def split_plan(tmp_path, search="fast"):
 
 @pytest.mark.parametrize("search", ["thorough", "exhaustive"])
 def test_tune_split_picks_the_block_m_of_the_smallest_sum_and_confirms_it(tmp_path, search):
-    from moetune.tune.split_search import tune_split
+    from moetune.tune.search.split_search import tune_split
 
     plan = split_plan(tmp_path, search)
     single = Candidate(32, 128, 64, 1, 4, 3)
@@ -275,7 +276,7 @@ def test_tune_split_picks_the_block_m_of_the_smallest_sum_and_confirms_it(tmp_pa
 
 
 def test_tune_split_keeps_the_single_config_when_the_pair_is_slower_as_a_whole(tmp_path):
-    from moetune.tune.split_search import tune_split
+    from moetune.tune.search.split_search import tune_split
 
     plan = split_plan(tmp_path, "exhaustive")
     single = Candidate(32, 128, 64, 1, 4, 3)

@@ -5,19 +5,14 @@ from dataclasses import replace
 
 import pytest
 
+from moetune.device import DeviceLimits
 from moetune.errors import TuneError
-from moetune.tune.costmodel import predicted_gemm_seconds, predicted_seconds, rank_for_gemm
-from moetune.tune.probe import Probe
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import (
-    PARAM_NAMES,
-    Candidate,
-    DeviceLimits,
-    default_space,
-    grid,
-    prune,
-)
-from moetune.tune.split_fast import (
+from moetune.tune.search.costmodel import predicted_gemm_seconds, predicted_seconds, rank_for_gemm
+from moetune.tune.search.space import PARAM_NAMES, default_space, grid, prune
+from moetune.tune.search.split_fast import (
     FastSplitOptions,
     SeededSplitSearch,
     step_neighbours,

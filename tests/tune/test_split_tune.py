@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from moetune.device import DeviceLimits
 from moetune.tune.output import validate_tuned_config
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TuneRequest, make_plan, plan_lines, run_tune
-from moetune.tune.space import DeviceLimits, load_space
+from moetune.tune.search.space import load_space
 from moetune.tune.store import ResultStore
 
 DATA = Path(__file__).parent / "data"
@@ -19,7 +20,7 @@ def cpu_tma_reason():
     """None when TMA runs here (the interpreter emulates descriptors), else why not."""
     import torch
 
-    from moetune.tune.probe_timing import tma_unsupported_reason
+    from moetune.tune.measure.probe_timing import tma_unsupported_reason
 
     return tma_unsupported_reason(torch.device("cpu"), None, None)
 

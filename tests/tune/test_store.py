@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from moetune.errors import TuneError
-from moetune.tune.space import Candidate
+from moetune.kernel.config import Candidate
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 
 A = Candidate(16, 64, 128, 1, 4, 3)
@@ -148,7 +148,7 @@ def test_measurement_rejects_unknown_status_and_fidelity():
 
 WRITER = """
 import sys
-from moetune.tune.space import default_space
+from moetune.tune.search.space import default_space
 from moetune.tune.store import Measurement, ResultStore
 store = ResultStore(sys.argv[1])
 for i, c in enumerate(default_space() * 100):

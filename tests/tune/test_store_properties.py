@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moetune.errors import MoetuneError
-from moetune.tune.space import Candidate
+from moetune.kernel.config import Candidate
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 
 SETTINGS = settings(

@@ -9,13 +9,13 @@ import warnings
 import pytest
 
 from moetune.errors import MoetuneWarning, TuneError
+from moetune.kernel.config import Candidate
 from moetune.tune.environment import (
     ENVIRONMENT,
     WorkerEnvironmentError,
     is_environment_error,
     is_environment_failure,
 )
-from moetune.tune.space import Candidate
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 
 A = Candidate(16, 64, 128, 1, 4, 3)

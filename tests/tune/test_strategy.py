@@ -7,18 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from moetune.device import DeviceLimits
 from moetune.errors import TuneError
-from moetune.tune.costmodel import predicted_seconds, rank_candidates
+from moetune.kernel.config import Candidate
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import (
-    DEFAULT_BATCH_SIZES,
-    Candidate,
-    DeviceLimits,
-    default_space,
-    prune,
-    values_by_param,
-)
-from moetune.tune.strategy import (
+from moetune.tune.search.costmodel import predicted_seconds, rank_candidates
+from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space, prune, values_by_param
+from moetune.tune.search.strategy import (
     FastSearchOptions,
     exhaustive_search,
     fast_search,

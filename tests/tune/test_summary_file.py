@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from moetune.device import DeviceLimits
+from moetune.kernel.config import Candidate
 from moetune.tune.baselines import Baseline
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import BatchResult, TuneRequest, TuneSummary, make_plan
-from moetune.tune.space import Candidate, DeviceLimits, load_space
+from moetune.tune.search.space import load_space
 from moetune.tune.summary_file import (
     SUMMARY_FILENAME,
     SummaryFileError,

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from moetune.device import DeviceLimits
 from moetune.errors import MoetuneError, TuneError
 from moetune.extract.layouts import Layout, expand_layouts, resolve_layouts
 from moetune.tune.results_dir import default_save_dir, model_slug
-from moetune.tune.space import DEFAULT_BATCH_SIZES, DeviceLimits, default_space, load_space
+from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space, load_space
 from moetune.tune.sweep import (
     FAST_SEARCH_SHARE,
     FAST_SPLIT_LONE,

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from moetune.tune.timing import FIDELITIES, fidelity_of, summarize, time_fused_moe
+from moetune.tune.measure.timing import FIDELITIES, fidelity_of, summarize, time_fused_moe
 
 GPU = os.environ.get("MOETUNE_GPU_TESTS") == "1"
 CONFIG = {

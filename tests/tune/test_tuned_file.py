@@ -4,16 +4,16 @@ import json
 
 import pytest
 
-from moetune.errors import MoetuneError
-from moetune.tune.probe import Probe
-from moetune.tune.space import Candidate
-from moetune.tune.tuned_file import (
+from moetune.engines.tuned_file import (
     as_pair,
     describe,
     down_table_path,
     load_tuned_file,
     same_harness,
 )
+from moetune.errors import MoetuneError
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
 
 NAME = "E=128,N=768,device_name=NVIDIA_H200,dtype=int8_w8a8,per_channel_quant=True.json"
 TILE = {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4}

@@ -8,16 +8,10 @@ a verification that gets a wrong output.
 
 import pytest
 
+from moetune.kernel.config import Candidate
+from moetune.tune.measure.timing import Outcome
+from moetune.tune.measure.worker import FAULTS_ENV, WorkerPool, WorkUnit, classify, parse_faults
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
-from moetune.tune.worker import (
-    FAULTS_ENV,
-    Outcome,
-    WorkerPool,
-    WorkUnit,
-    classify,
-    parse_faults,
-)
 
 PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
 GOOD = Candidate(16, 32, 32, 1, 4, 2)

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from moetune.errors import TuneError
+from moetune.kernel.config import Candidate
 from moetune.tune.environment import ENVIRONMENT, WorkerEnvironmentError
-from moetune.tune.measurer import RunContext, StoreMeasurer
+from moetune.tune.measure.measurer import RunContext, StoreMeasurer
+from moetune.tune.measure.worker import FAULTS_ENV, WorkerPool, classify, parse_faults
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
 from moetune.tune.store import ResultStore
-from moetune.tune.worker import FAULTS_ENV, WorkerPool, classify, parse_faults
 
 PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
 FIRST = Candidate(16, 32, 32, 1, 4, 2)
@@ -78,8 +78,8 @@ def test_ceilings_that_cannot_be_measured_are_an_error_not_a_worker_traceback(ca
 ORPHAN = """
 import sys, threading
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate
-from moetune.tune.worker import WorkerPool, WorkUnit
+from moetune.kernel.config import Candidate
+from moetune.tune.measure.worker import WorkerPool, WorkUnit
 
 def run():
     pool = WorkerPool([None], timeout_s=600)

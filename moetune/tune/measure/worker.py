@@ -48,7 +48,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moetune.errors import TuneError
-from moetune.tune.environment import ENVIRONMENT, WorkerEnvironmentError, is_environment_error
+from moetune.tune.environment import (
+    ENVIRONMENT,
+    WorkerEnvironmentError,
+    is_environment_error,
+)
+from moetune.tune.measure.timing import Outcome
 from moetune.tune.signals import (
     children_ignore_interrupts,
     ignore_interrupts,
@@ -83,23 +88,8 @@ class WorkUnit:
 
     problem: Any  # moetune.tune.problem.TuneProblem
     batch_size: int
-    candidates: tuple[Any, ...]  # moetune.tune.space.Candidate
+    candidates: tuple[Any, ...]  # moetune.kernel.config.Candidate
     mode: str
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one candidate of a unit."""
-
-    candidate: Any
-    status: str
-    latency_us: float | None = None
-    p20_us: float | None = None
-    p80_us: float | None = None
-    compile_s: float | None = None
-    error: str | None = None
-    rel_rms: float | None = None
-    max_abs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -263,18 +253,18 @@ def _synchronize() -> None:
 
 
 def _measure(unit: WorkUnit, candidate: Any, inputs: _Inputs, faults: list[Fault]) -> Outcome:
-    from moetune.tune.timing import _call, time_fused_moe
+    from moetune.tune.measure.timing import _call, time_fused_moe
 
     config = candidate.as_config()
     corrupt = _inject(faults, candidate, unit.mode)
-    from moetune.tune.probe_timing import measure_probe, uses_probe_timing
+    from moetune.tune.measure.probe_timing import measure_probe, uses_probe_timing
 
     if uses_probe_timing(unit.problem, candidate, unit.mode):  # split probes, real routing
         seed = VERIFY_SEED if unit.mode == "verify" else 0
         data = inputs.get(unit.problem, unit.batch_size, seed)
         return measure_probe(unit.problem, unit.batch_size, unit.mode, candidate, data, corrupt)
     if unit.mode == "verify":
-        from moetune.tune.verify import check_output
+        from moetune.tune.measure.verify import check_output
 
         data = inputs.get(unit.problem, unit.batch_size, VERIFY_SEED)
         check = check_output(data, config, unit.problem.dtype, corrupt=corrupt)
@@ -363,7 +353,7 @@ def _serve(conn: Any, inputs: _Inputs, faults: list[Fault]) -> None:
         if message is None:
             return
         if message == "ceilings":
-            from moetune.tune.timing import measure_ceilings
+            from moetune.tune.measure.timing import measure_ceilings
 
             try:
                 conn.send(("ceilings", measure_ceilings()))

@@ -1,12 +1,12 @@
 """The split tune: up and down GEMMs searched apart, the pair confirmed as a whole call.
 
 Runs after the single-config search (whose winner is what vLLM gets), for the
-engines that read a down table (`moetune.tune.split.ENGINE_FORMATS`). The GEMM
+engines that read a down table (`moetune.tune.search.split.ENGINE_FORMATS`). The GEMM
 variants are the up GEMM without TMA, the down GEMM without and with TMA, and
 with ``--up-tma`` the up GEMM with TMA (SGLang PR #33559). A TMA variant the
 device cannot run is recorded ``unsupported`` with the reason, and skipped.
 
-``--search fast`` (the default): `moetune.tune.split_fast`, a handful of lone
+``--search fast`` (the default): `moetune.tune.search.split_fast`, a handful of lone
 timings per batch size seeded from the whole-call ranking and the cost model,
 stopped where a bound shows the pair cannot beat the single config by more
 than the noise.
@@ -36,12 +36,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moetune.errors import TuneError
-from moetune.tune.probe import Probe
-from moetune.tune.space import Candidate
-from moetune.tune.split import SplitResult, best_per_block_m, choose_pair, decide
-from moetune.tune.split_fast import FastSplitOptions, SearchedPair
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
+from moetune.tune.measure.worker import WorkUnit
+from moetune.tune.search.split import SplitResult, best_per_block_m, choose_pair, decide
+from moetune.tune.search.split_fast import FastSplitOptions, SearchedPair
 from moetune.tune.store import Measurement
-from moetune.tune.worker import WorkUnit
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def _seeded(
     notes: list[str],
     options: SplitOptions,
 ) -> dict[int, SearchedPair]:
-    from moetune.tune.split_fast import SeededSplitSearch
+    from moetune.tune.search.split_fast import SeededSplitSearch
 
     search = SeededSplitSearch(
         measurer.measure, plan.problem, plan.limits, variants(options), options.fast, notes
@@ -173,7 +173,7 @@ def _thorough(
     search: Callable[..., Any] | None,
 ) -> dict[int, SearchedPair]:
     """Steps 1-3 of the thorough search (module docstring)."""
-    from moetune.tune.strategy import exhaustive_search, fast_search
+    from moetune.tune.search.strategy import exhaustive_search, fast_search
 
     request, problem = plan.request, plan.problem
     batch_sizes = list(request.batch_sizes)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moetune.errors import TuneError
-from moetune.tune.space import PARAM_NAMES, Candidate
+from moetune.kernel.config import CONFIG_KEYS, Candidate
 
 KINDS = ("whole", "up", "down", "pair")
 
@@ -55,7 +55,7 @@ class Probe:
             )
 
     def __getattr__(self, name: str) -> Any:
-        if name in PARAM_NAMES:
+        if name in CONFIG_KEYS:
             candidate = self.__dict__.get("candidate")
             if candidate is not None:
                 return getattr(candidate, name)

@@ -1,11 +1,11 @@
-"""Timing the probes of `moetune.tune.probe` (one GEMM alone, or the call with split configs).
+"""Timing the probes of `moetune.kernel.probe` (one GEMM alone, or the call with split configs).
 
-Same method as `moetune.tune.timing`, with the routing taken out of the graph:
+Same method as `moetune.tune.measure.timing`, with the routing taken out of the graph:
 the graph holds `calls` launches, each reading its own routing slot (top-k ids
 and weights, and for a lone GEMM the alignment too). Before every replay,
 outside the timed region, each slot is refilled with the next routing: fresh
 uniform random routing (the kernel's softmax top-k of random logits), or the
-next window of a real-routing dump (`moetune.tune.routing_dump`). So the
+next window of a real-routing dump (`moetune.tune.measure.routing_dump`). So the
 whole-call timings of the split pair and of the single config, and the lone
 GEMM timings, all see the same routings.
 
@@ -30,14 +30,19 @@ only ranks candidates for tests.
 from __future__ import annotations
 
 import functools
-import inspect
 import time
 from typing import Any
 
-from moetune.tune.probe import Probe
-from moetune.tune.routing_dump import RoutingDump, load_routing, random_weights, window
-from moetune.tune.timing import CPU_CALLS, TARGET_REPLAY_US, Timing, fidelity_of, summarize
-from moetune.tune.worker import Outcome
+from moetune.kernel.probe import Probe
+from moetune.tune.measure.routing_dump import RoutingDump, load_routing, random_weights, window
+from moetune.tune.measure.timing import (
+    CPU_CALLS,
+    TARGET_REPLAY_US,
+    Outcome,
+    Timing,
+    fidelity_of,
+    summarize,
+)
 
 
 class Unsupported(Exception):
@@ -49,37 +54,12 @@ class Unsupported(Exception):
 # ---------------------------------------------------------------------------
 
 
-@functools.cache
-def _fused_experts_takes_down_config() -> bool:
-    from moetune.kernel.fused_moe import fused_experts
-
-    return "down_config" in inspect.signature(fused_experts).parameters
-
-
-@functools.cache
-def _gemm_tma_parameters() -> frozenset[str]:
-    from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
-
-    names = set(inspect.signature(invoke_fused_moe_gemm).parameters)
-    return frozenset(names & {"a_use_tma", "w_use_tma", "c_sorted"})
-
-
 def tma_unsupported_reason(device: Any, quant_dtype: str | None, block_shape: Any) -> str | None:
     """Why TMA cannot run here (device, Triton, kernel or dtype), or None when it can.
 
     Triton's interpreter emulates tensor descriptors, so on the CPU TMA runs (slowly)
     whenever this Triton has them; on a GPU it needs compute capability 9.0+.
     """
-    if (
-        not _fused_experts_takes_down_config()
-        or not {
-            "a_use_tma",
-            "w_use_tma",
-            "c_sorted",
-        }
-        <= _gemm_tma_parameters()
-    ):
-        return "moetune's kernel has no split-config/TMA path (fused_experts takes no down_config)"
     from moetune.kernel.tma import SplitConfigError, check_tma_quant, tma_supported
 
     if not tma_supported():
@@ -151,9 +131,9 @@ class RoutingFeed:
 
 
 def _quantize(a: Any, quant: Any) -> tuple[Any, Any]:
-    from moetune.kernel.fused_moe import _quantize_activation
+    from moetune.kernel.fused_moe import quantize_activation
 
-    return _quantize_activation(a, quant)
+    return quantize_activation(a, quant)
 
 
 def split_fused_experts(
@@ -361,10 +341,10 @@ def _time_cuda_graph(bench: _Bench, level: Any) -> Timing:
 
 
 def verify_pair(item: Any, data: Any, dtype: str, corrupt: bool = False) -> Any:
-    """`moetune.tune.verify.Check` of the split call against the PyTorch reference."""
+    """`moetune.tune.measure.verify.Check` of the split call against the PyTorch reference."""
     from moetune.kernel.naive import naive_fused_moe
     from moetune.kernel.routing import topk_routing
-    from moetune.tune.verify import compare
+    from moetune.tune.measure.verify import compare
 
     weights, ids = topk_routing(data.router_logits, data.top_k, True)
     if isinstance(item, Probe):
@@ -419,7 +399,7 @@ def measure_probe(
 
 
 def uses_probe_timing(problem: Any, item: Any, mode: str) -> bool:
-    """Whether the worker times `item` here rather than with `moetune.tune.timing`."""
+    """Whether the worker times `item` here rather than with `moetune.tune.measure.timing`."""
     if isinstance(item, Probe):
         return True
     return getattr(problem, "routing", None) is not None and mode in ("quick", "full")

@@ -19,7 +19,7 @@ ascending order:
    `min_gain` (the noise of a whole-call timing), the batch size stops here:
    the single config is written and nothing else is timed. On the recorded
    H200 stores the climb found nothing at all 37 batch sizes whose seeds gained
-   under 0.5 %, and up to 2 % only where they gained more (BENCHMARKS.md);
+   under 0.5 %, and up to 2 % only where they gained more (`bench/replay_split.py`);
 4. climb: otherwise each variant steps from its best config at the chosen
    BLOCK_SIZE_M, one parameter one step at a time, until nothing improves;
 5. the pair of the smallest up + down is confirmed as a whole call (by the
@@ -35,11 +35,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from moetune.device import DeviceLimits
 from moetune.errors import TuneError
-from moetune.tune.costmodel import rank_for_gemm
-from moetune.tune.probe import Probe
-from moetune.tune.space import PARAM_NAMES, Candidate, DeviceLimits, values_by_param
-from moetune.tune.split import PairChoice, best_per_block_m, choose_pair
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
+from moetune.tune.search.costmodel import rank_for_gemm
+from moetune.tune.search.space import PARAM_NAMES, values_by_param
+from moetune.tune.search.split import PairChoice, best_per_block_m, choose_pair
 from moetune.tune.store import Measurement
 
 Variant = tuple[str, bool]  # (GEMM, TMA)
@@ -264,7 +266,7 @@ class SeededSplitSearch:
         previous: SearchedPair | None,
         kind: str,
     ) -> list[Candidate]:
-        from moetune.tune.strategy import nearest_in_space
+        from moetune.tune.search.strategy import nearest_in_space
 
         opts = self.options
         seeds = list(ranking[: opts.whole_seeds])

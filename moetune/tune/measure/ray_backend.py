@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from moetune.errors import TuneError
-from moetune.tune.worker import (
+from moetune.tune.measure.timing import Outcome
+from moetune.tune.measure.worker import (
     DEFAULT_TIMEOUT_S,
     FollowUp,
-    Outcome,
     WorkerPool,
     WorkUnit,
     raise_if_environment,

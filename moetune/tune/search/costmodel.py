@@ -46,9 +46,10 @@ from __future__ import annotations
 import functools
 import math
 
+from moetune.device import DeviceLimits
+from moetune.kernel.config import Candidate
 from moetune.roofline import ACT_BYTES, WEIGHT_BYTES, expected_experts_hit
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import Candidate, DeviceLimits
 
 HBM_BYTES_PER_S = 4.0e12
 # int8 w8a8 runs int8 tensor-core dots (Hopper: the fp8 rate); int4 w4a16 dequantizes to bf16.

@@ -28,8 +28,9 @@ from typing import Any, Protocol
 
 from moetune import __version__
 from moetune.tune.environment import ENVIRONMENT
+from moetune.tune.measure.timing import Outcome
+from moetune.tune.measure.worker import FollowUp, WorkUnit
 from moetune.tune.store import Measurement, ResultStore
-from moetune.tune.worker import FollowUp, Outcome, WorkUnit
 
 DEFAULT_CHUNK = 16
 # Failures a warmer's compile pass settles for good (deterministic). Anything else a
@@ -65,7 +66,7 @@ class RunContext:
 
 
 class StoreMeasurer:
-    """`moetune.tune.strategy.Measurer` over a backend, with the store as cache and journal."""
+    """`moetune.tune.search.strategy.Measurer` over a backend, with the store as cache and journal."""
 
     def __init__(
         self,

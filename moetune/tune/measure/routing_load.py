@@ -8,7 +8,7 @@ expert 10 % of slots, hits 58 experts at M = 16 where uniform routing hits 82),
 so the call reads fewer bytes, and a floor on the uniform count came out above
 the measured time (an H200, a skewed Qwen3-30B dump, M = 4..128).
 
-Which windows are timed (`moetune.tune.probe_timing`): every measurement makes a
+Which windows are timed (`moetune.tune.measure.probe_timing`): every measurement makes a
 fresh routing feed, window 0, 1, 2, ... (`routing_dump.window`). With ``c``
 calls in the CUDA graph, window 0 serves the compiling eager call, windows
 ``1..c`` the graph's capture, then each replay takes the next ``c`` windows:
@@ -31,8 +31,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from moetune.tune.routing_dump import RoutingDump, load_routing, window
-from moetune.tune.timing import fidelity_of
+from moetune.tune.measure.routing_dump import RoutingDump, load_routing, window
+from moetune.tune.measure.timing import fidelity_of
 
 
 def timed_windows(calls: int, fidelity: str = "full") -> list[range]:

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from moetune.tune.probe import Probe
-from moetune.tune.space import Candidate
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
 
 
 @dataclass(frozen=True)

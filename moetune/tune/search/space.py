@@ -24,9 +24,10 @@ from typing import Any
 
 import yaml
 
+from moetune.device import DeviceLimits
 from moetune.engines.lookup import ENGINE_BATCH_SIZES
 from moetune.errors import TuneError
-from moetune.kernel.config import CONFIG_KEYS
+from moetune.kernel.config import CONFIG_KEYS, SWAP_AB_BLOCK_M, Candidate
 from moetune.roofline import ACT_BYTES, WEIGHT_BYTES
 from moetune.tune.problem import TuneProblem
 
@@ -45,76 +46,9 @@ DEFAULT_VALUES: dict[str, tuple[int, ...]] = {
 # The engines' tuners' 18 batch sizes, 1 ... 4096 (one list: moetune.engines.lookup).
 DEFAULT_BATCH_SIZES = ENGINE_BATCH_SIZES
 
-_TILE_PARAMS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")
-
-
-# The thinnest token tile: legal only where the kernel swaps A and B (`swap_ab_candidates`).
-SWAP_AB_BLOCK_M = 8
+# The thinnest token tile (SWAP_AB_BLOCK_M) is legal only where the kernel swaps A and B
+# (`swap_ab_candidates`), and only with N tiles this wide.
 SWAP_AB_MIN_BLOCK_N = 64
-
-
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
-@dataclass(frozen=True, order=True)
-class Candidate:
-    """One kernel config. Field names are the engines' JSON keys.
-
-    Tiles are powers of two of at least 16 (``tl.arange`` and ``tl.dot``
-    require it), but BLOCK_SIZE_M may be 8: the engines' fp8 kernels on sm90 swap
-    A and B (``SWAP_AB``), which makes the token tile the dot's N (see
-    `swap_ab_candidates`). `num_warps` is a power of two; anything else raises `TuneError`.
-    """
-
-    BLOCK_SIZE_M: int
-    BLOCK_SIZE_N: int
-    BLOCK_SIZE_K: int
-    GROUP_SIZE_M: int
-    num_warps: int
-    num_stages: int
-
-    def __post_init__(self) -> None:
-        for name in PARAM_NAMES:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise TuneError(f"{name} must be a positive integer, got {value!r}")
-        for name in _TILE_PARAMS:
-            value = getattr(self, name)
-            least = SWAP_AB_BLOCK_M if name == "BLOCK_SIZE_M" else 16
-            if value < least or not _is_power_of_two(value):
-                raise TuneError(f"{name} must be a power of two >= {least}, got {value}")
-        if not _is_power_of_two(self.num_warps) or self.num_warps > 32:
-            raise TuneError(f"num_warps must be 1, 2, 4, 8, 16 or 32, got {self.num_warps}")
-
-    def as_config(self) -> dict[str, int]:
-        """The engines' per-batch-size entry, keys in their usual order."""
-        return {name: getattr(self, name) for name in PARAM_NAMES}
-
-    @classmethod
-    def from_config(cls, config: Any) -> Candidate:
-        """Parse an engine entry; exactly the six keys, integer values."""
-        if not isinstance(config, dict):
-            raise TuneError(
-                f"a config must be a mapping of {', '.join(PARAM_NAMES)}, got {config!r}"
-            )
-        missing = [name for name in PARAM_NAMES if name not in config]
-        unknown = sorted(set(config) - set(PARAM_NAMES))
-        if missing:
-            raise TuneError(f"config {config} is missing {', '.join(missing)}")
-        if unknown:
-            raise TuneError(
-                f"config {config} has unknown key(s) {', '.join(map(str, unknown))}; "
-                f"expected {', '.join(PARAM_NAMES)}"
-            )
-        return cls(**{name: config[name] for name in PARAM_NAMES})
-
-    def short(self) -> str:
-        """Compact label for tables and logs: ``M64 N128 K64 G16 w4 s3``."""
-        return (
-            f"M{self.BLOCK_SIZE_M} N{self.BLOCK_SIZE_N} K{self.BLOCK_SIZE_K} "
-            f"G{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}"
-        )
 
 
 def grid(values: dict[str, Sequence[int]]) -> list[Candidate]:
@@ -240,46 +174,6 @@ def _space_from_data(data: Any) -> list[Candidate]:
             raise TuneError(f"{name} has an empty list of values")
         values[name] = given
     return grid(values)
-
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    """The device facts pruning needs."""
-
-    shared_memory_per_block: int  # bytes a block may opt in to (Triton's `max_shared_mem`)
-    num_sms: int
-    name: str
-    compute_capability: tuple[int, int] | None = None  # (9, 0) for Hopper; None if unknown
-
-    @classmethod
-    def h200(cls) -> DeviceLimits:
-        """NVIDIA H200 (Hopper, sm_90): 227 KiB opt-in shared memory per block, 132 SMs."""
-        return cls(
-            shared_memory_per_block=232_448,
-            num_sms=132,
-            name="NVIDIA H200",
-            compute_capability=(9, 0),
-        )
-
-    @classmethod
-    def from_torch(cls, device_index: int = 0) -> DeviceLimits:
-        """Read the limits of a visible CUDA device (imports torch)."""
-        import torch
-
-        if not torch.cuda.is_available():
-            raise TuneError("no CUDA GPU is visible; cannot read the device's limits")
-        props = torch.cuda.get_device_properties(device_index)
-        shared = getattr(props, "shared_memory_per_block_optin", 0)
-        if not shared:
-            from triton.runtime import driver
-
-            shared = driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
-        return cls(
-            shared_memory_per_block=int(shared),
-            num_sms=int(props.multi_processor_count),
-            name=props.name,
-            compute_capability=(int(props.major), int(props.minor)),
-        )
 
 
 @dataclass(frozen=True)

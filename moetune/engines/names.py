@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 from moetune.dtypes import TUNE_DTYPES, accepted_summary, tune_accepts
 from moetune.errors import MoetuneError
-from moetune.extract.shape import MoEShape
 
 if TYPE_CHECKING:
     from moetune.extract.quant import QuantInfo
+    from moetune.extract.shape import MoEShape
 
 # Kernel dtype strings the engines put in file names (`--dtype` choices besides auto/bf16/fp16).
 ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")

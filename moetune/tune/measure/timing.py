@@ -163,7 +163,22 @@ def _time_wall_clock(problem: Any, config: dict, fidelity: str) -> Timing:
 
 
 def measure_ceilings(device: Any = None) -> Ceilings:
-    """Read bandwidth and matmul peaks of the current GPU (see `moetune.tune.ceilings`)."""
-    from moetune.tune.ceilings import measure_ceilings as measure
+    """Read bandwidth and matmul peaks of the current GPU (see `moetune.tune.measure.ceilings`)."""
+    from moetune.tune.measure.ceilings import measure_ceilings as measure
 
     return measure(device)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one candidate of a unit."""
+
+    candidate: Any
+    status: str
+    latency_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    compile_s: float | None = None
+    error: str | None = None
+    rel_rms: float | None = None
+    max_abs: float | None = None

@@ -29,10 +29,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from moetune.device import DeviceLimits
 from moetune.errors import TuneError
-from moetune.tune.costmodel import rank_candidates
+from moetune.kernel.config import Candidate
 from moetune.tune.problem import TuneProblem
-from moetune.tune.space import PARAM_NAMES, Candidate, DeviceLimits, values_by_param
+from moetune.tune.search.costmodel import rank_candidates
+from moetune.tune.search.space import PARAM_NAMES, values_by_param
 from moetune.tune.store import Measurement
 
 

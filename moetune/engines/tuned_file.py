@@ -8,7 +8,7 @@ in the down table since its split tuner, in the up table since PR #33559.
 
 So timing a file means timing, per batch size, either one config (`Candidate`,
 a "whole" call) or an up + down pair (`Probe` of kind "pair"). A pair is timed
-with the routing outside the CUDA graph (`moetune.tune.probe_timing`), which
+with the routing outside the CUDA graph (`moetune.tune.measure.probe_timing`), which
 reads a microsecond or two less than the whole-call harness; anything compared
 with a pair must be timed the same way (`same_harness`).
 
@@ -26,8 +26,8 @@ from moetune.engines.lookup import TRITON_LAUNCH_DEFAULTS, nearest_row
 from moetune.engines.sglang import down_name
 from moetune.engines.tables import read_table
 from moetune.errors import MoetuneError
-from moetune.tune.probe import Probe
-from moetune.tune.space import Candidate
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
 
 DOWN_SUFFIX = down_name("")
 
