@@ -12,7 +12,7 @@ help:
 	@echo "make test      CPU test suite (kernels under TRITON_INTERPRET=1); what CI runs"
 	@echo "make test-gpu  the same tests on a CUDA GPU, plus the GPU-only ones"
 	@echo "make test-engines  fetch vLLM/SGLang's released files (no deps) and test against them"
-	@echo "make lint      ruff check + ruff format --check"
+	@echo "make lint      ruff check + ruff format --check + the import layers (lint-imports)"
 	@echo "make bench     kernel benchmark on a GPU (writes bench/results/, never overwrites)"
 
 install:
@@ -37,6 +37,7 @@ test-engines:
 lint:
 	$(PYTHON) -m ruff check moetune tests bench scripts
 	$(PYTHON) -m ruff format --check moetune tests bench scripts
+	lint-imports
 
 bench:
 	$(call NEED_GPU,TRITON_INTERPRET=1 $(PYTHON) bench/kernel.py --quick runs the tiny shape on the CPU)
