@@ -45,7 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 # Every file whose console blocks are generated (the README first); block names are unique
 # across them. A docs page that shows a marked block belongs here.
-DOCUMENTS = [README]
+DOCUMENTS = [README] + [
+    ROOT / "docs" / name
+    for name in ("extract.md", "mappings.md", "tuning.md", "engines.md", "report.md")
+]
 WIDTH = "120"
 
 BLOCK = re.compile(
