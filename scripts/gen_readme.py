@@ -1,6 +1,7 @@
-"""Regenerate README.md's console blocks from real runs of the commands they show.
+"""Regenerate the console blocks of README.md and the docs pages from real runs of their commands.
 
-A console block the README marks like this is generated, never edited by hand:
+The files are `DOCUMENTS` (README.md, then the docs/ pages that show console output). A
+console block they mark like this is generated, never edited by hand:
 
     <!-- moetune-console: extract-qwen -->
     ```console
@@ -15,7 +16,7 @@ columns, and its output (stdout and stderr, in order) replaces the lines under i
 Commands pass ``--device-name`` so the file names do not depend on the machine.
 
 A block marked ``checkout`` (``<!-- moetune-console: NAME checkout -->``) reads files
-only a checkout of this repository has (``examples/``, ``bench/``); the README says so
+only a checkout of this repository has (``examples/``, ``bench/``); the text says so
 above it, and `tests/test_readme.py` runs it in a copy of those files, every other
 command in a folder outside the checkout.
 
@@ -23,10 +24,10 @@ A block marked ``recorded="<machine>, <date>"`` holds output recorded on a GPU
 (a tune's summary): this script leaves it alone, and `tests/test_readme.py` only
 checks that its commands parse (tune with ``--dry-run``).
 
-    python scripts/gen_readme.py            # rewrite README.md
-    python scripts/gen_readme.py --check    # exit 1 if README.md would change
+    python scripts/gen_readme.py            # rewrite every file of DOCUMENTS
+    python scripts/gen_readme.py --check    # exit 1 if one of them would change
 
-`tests/test_readme.py` re-runs the CPU blocks and fails when README.md drifts.
+`tests/test_readme.py` re-runs the CPU blocks and fails when one of these files drifts.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+# Every file whose console blocks are generated (the README first); block names are unique
+# across them. A docs page that shows a marked block belongs here.
+DOCUMENTS = [README] + [
+    ROOT / "docs" / name
+    for name in ("extract.md", "mappings.md", "tuning.md", "engines.md", "report.md")
+]
 WIDTH = "120"
 
 BLOCK = re.compile(
@@ -75,7 +82,7 @@ class Block:
     recorded: str | None  # "<machine>, <date>" for GPU output, None for generated blocks
     commands: list[str]  # without the "$ " prompt
     body: str
-    span: tuple[int, int]  # of the body in the README text
+    span: tuple[int, int]  # of the body in the document's text
 
 
 def blocks(text: str) -> list[Block]:
@@ -111,7 +118,7 @@ def environment(hf_home: str) -> dict[str, str]:
 
 
 def run_command(command: str, cwd: Path = ROOT) -> str:
-    """The output of one README command line, as a user at `cwd` would see it."""
+    """The output of one documented command line, as a user at `cwd` would see it."""
     keep = None
     head = HEAD.search(command)
     if head:
@@ -119,7 +126,7 @@ def run_command(command: str, cwd: Path = ROOT) -> str:
         command = command[: head.start()]
     argv = shlex.split(command)
     if not argv or argv[0] != "moetune":
-        raise SystemExit(f"README command does not start with moetune: {command!r}")
+        raise SystemExit(f"documented command does not start with moetune: {command!r}")
     with tempfile.TemporaryDirectory() as hf_home:
         result = subprocess.run(
             [sys.executable, "-m", "moetune", *argv[1:]],
@@ -158,7 +165,7 @@ def machine_independent(text: str) -> str:
 
 
 def render(text: str) -> str:
-    """The README with every generated block's output replaced by a fresh run."""
+    """The document with every generated block's output replaced by a fresh run."""
     pieces, last = [], 0
     for block in blocks(text):
         if block.recorded is not None:
@@ -171,15 +178,20 @@ def render(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text()
-    fresh = render(text)
-    if "--check" in argv:
-        if machine_independent(fresh) != machine_independent(text):
-            print("README.md is out of date: run python scripts/gen_readme.py", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(fresh)
-    print(f"wrote {README} ({len(blocks(text))} console blocks)", file=sys.stderr)
+    stale = []
+    for document in DOCUMENTS:
+        text = document.read_text()
+        fresh = render(text)
+        name = document.relative_to(ROOT)
+        if "--check" in argv:
+            if machine_independent(fresh) != machine_independent(text):
+                stale.append(str(name))
+            continue
+        document.write_text(fresh)
+        print(f"wrote {name} ({len(blocks(text))} console blocks)", file=sys.stderr)
+    if stale:
+        print(f"out of date: {', '.join(stale)}: run python scripts/gen_readme.py", file=sys.stderr)
+        return 1
     return 0
 
 

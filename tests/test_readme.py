@@ -1,7 +1,8 @@
-"""README.md is real: its console blocks match fresh runs, and every command in it runs.
+"""README.md and the docs pages are real: their console blocks match fresh runs, and every
+command in them runs.
 
-See scripts/gen_readme.py for the block markers; `python scripts/gen_readme.py`
-regenerates the blocks.
+The files are scripts/gen_readme.py's DOCUMENTS; see that script for the block markers.
+`python scripts/gen_readme.py` regenerates the blocks.
 """
 
 import importlib.util
@@ -41,6 +42,7 @@ def _generator():
 
 
 gen = _generator()
+DOCUMENTS = [pytest.param(path, id=str(path.relative_to(ROOT))) for path in gen.DOCUMENTS]
 
 
 def flat(text: str) -> str:
@@ -48,19 +50,33 @@ def flat(text: str) -> str:
 
 
 def test_readme_has_the_generated_blocks():
-    names = [block.name for block in gen.blocks(gen.README.read_text())]
+    readme = [block.name for block in gen.blocks(gen.README.read_text())]
+    for name in ("extract-qwen", "check-missing", "tune-dry-run", "acme-valid"):
+        assert name in readme
+    names = [block.name for path in gen.DOCUMENTS for block in gen.blocks(path.read_text())]
     assert len(names) == len(set(names)), names
-    for name in ("extract-qwen", "extract-kimi", "archs", "acme-unknown", "acme-valid"):
+    for name in ("extract-kimi", "archs", "acme-unknown", "report-h200", "tune-sweep-h200"):
         assert name in names
-    assert "tune-dry-run" in names and "report-h200" in names
+
+
+def test_every_file_with_console_blocks_is_generated():
+    """A marked block anywhere in the README or docs/ is regenerated and tested."""
+    marked = {
+        path
+        for path in [gen.README, *sorted((ROOT / "docs").glob("*.md"))]
+        if gen.blocks(path.read_text())
+    }
+    assert marked == set(gen.DOCUMENTS), sorted(str(p) for p in marked ^ set(gen.DOCUMENTS))
+    assert gen.DOCUMENTS[0] == gen.README
 
 
 @pytest.mark.slow
-def test_generated_blocks_match_a_fresh_run():
-    text = gen.README.read_text()
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_generated_blocks_match_a_fresh_run(document):
+    text = document.read_text()
     fresh = gen.render(text)
     assert gen.machine_independent(fresh) == gen.machine_independent(text), (
-        "README.md drifted from the commands' real output: run python scripts/gen_readme.py"
+        f"{document.name} drifted from the commands' real output: run python scripts/gen_readme.py"
     )
 
 
@@ -76,15 +92,15 @@ CHECKOUT_PATHS = ("examples/", "bench/", "tests/")
 class ReadmeCommand:
     command: str  # without the prompt, comments or the `| head` a block may show
     status: int  # the exit status its shown output implies
-    checkout: bool  # the README says it runs in a checkout of this repository
+    checkout: bool  # the document says it runs in a checkout of this repository
 
 
-def readme_commands() -> list[ReadmeCommand]:
-    """Every moetune command of the README in order, the exit status its shown output implies
+def readme_commands(document: Path = gen.README) -> list[ReadmeCommand]:
+    """Every moetune command of `document` in order, the exit status its shown output implies
     (1 for an ``Error:``, N where the output says ``(exit status N)``, else 0), and whether the
-    README says it runs in a checkout (a console block marked ``checkout``, a bash line with
+    document says it runs in a checkout (a console block marked ``checkout``, a bash line with
     ``# in a checkout``)."""
-    text = gen.README.read_text()
+    text = document.read_text()
     commands = []
     for match in CODE_BLOCK.finditer(text):
         language, body = match.group(1), match.group(2)
@@ -133,14 +149,15 @@ def a_checkout(folder: Path) -> Path:
     return folder
 
 
-def test_a_command_that_needs_the_checkout_says_so():
-    """Paths only a checkout has are shown only where the README says to run in one."""
-    commands = readme_commands()
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_a_command_that_needs_the_checkout_says_so(document):
+    """Paths only a checkout has are shown only where the text says to run in one."""
+    commands = readme_commands(document)
     for item in commands:
         uses = [path for path in CHECKOUT_PATHS if path in item.command]
         assert item.checkout or not uses, f"{item.command}: say it runs in a checkout"
     # A marked console block's section says it too, in the text above the block.
-    text = gen.README.read_text()
+    text = document.read_text()
     for block in gen.blocks(text):
         marker = text.rfind("<!-- moetune-console:", 0, block.span[0])
         if "checkout" in text[marker : text.index("-->", marker)].split():
@@ -150,13 +167,15 @@ def test_a_command_that_needs_the_checkout_says_so():
 
 
 @pytest.mark.slow
-def test_every_readme_command_runs_in_order_outside_the_checkout_or_in_one_as_marked(tmp_path):
-    """A user outside the checkout runs every unmarked command; the marked ones, in a checkout."""
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_command_runs_in_order_outside_the_checkout_or_in_one_as_marked(document, tmp_path):
+    """A user outside the checkout runs every unmarked command of a document, in order, in a
+    fresh folder; the marked ones in a checkout."""
     outside = tmp_path / "outside"
     outside.mkdir()
     checkout = a_checkout(tmp_path / "checkout")
-    commands = readme_commands()
-    assert len(commands) >= 10
+    commands = readme_commands(document)
+    assert commands, f"{document.name} shows no moetune command"
     ran = []
     for item in commands:
         command = gen.HEAD.sub("", item.command)
@@ -176,7 +195,8 @@ def test_every_readme_command_runs_in_order_outside_the_checkout_or_in_one_as_ma
         if argv[0] == "tune":
             _write_planned_files(result.stdout, cwd)
         ran.append(argv[0])
-    assert {"extract", "tune", "benchmark", "archs", "validate", "check", "report"} <= set(ran)
+    if document == gen.README:
+        assert {"extract", "tune", "benchmark", "validate", "check", "report"} <= set(ran)
 
 
 @pytest.mark.slow
@@ -219,7 +239,7 @@ def test_shell_completion_works_as_the_readme_shows(tmp_path):
     assert words.stdout.split() == ["plain,tune"]
 
 
-def test_help_texts_and_readme_say_the_same():
+def test_help_texts_and_docs_say_the_same():
     from click.testing import CliRunner
 
     from moetune.cli import cli
@@ -227,8 +247,10 @@ def test_help_texts_and_readme_say_the_same():
     from moetune.engines.names import FALLBACK_DEVICE_NAME
 
     readme = flat(gen.README.read_text())
-    for name in ("FAST_SEARCH_SHARE", "DEVICE_NAME_DEFAULT", "FLOOR_HELP"):
+    for name in ("FAST_SEARCH_SHARE", "DEVICE_NAME_DEFAULT"):
         assert flat(getattr(texts, name)) in readme, f"README does not say texts.{name}"
+    docs = [flat(path.read_text()) for path in gen.DOCUMENTS]
+    assert any(flat(texts.FLOOR_HELP) in doc for doc in docs), "no document says texts.FLOOR_HELP"
     assert FALLBACK_DEVICE_NAME.replace(" ", "_") in texts.DEVICE_NAME_DEFAULT
     runner = CliRunner()
     tune_help = flat(runner.invoke(cli, ["tune", "--help"], terminal_width=100).output)
