@@ -4,6 +4,7 @@ Each test is the exact repro of one such fault, run in-process as `moetune` runs
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,9 @@ def test_the_largest_batch_size_is_planned(capsys):
     )  # fmt: skip
     assert code == 0, err
     assert "Batch sizes: 1048576" in out
+    # One call there is tens of ms on an H200: the estimate is in minutes, not "~19 s".
+    (line,) = [line for line in out.splitlines() if line.startswith("Estimate:")]
+    assert re.match(r"Estimate: +~\d+(\.\d)? (min|h) ", line), line
 
 
 # --- one layout rule for extract, check, tune and benchmark -------------------------

@@ -419,7 +419,7 @@ def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, 
         def on_measurement(m, reused):  # noqa: ANN001, ANN202
             counts["stored" if reused else "measured"] += 1
             counts["failed"] += m.status != "ok"
-            meter.measured(m.kind)
+            meter.measured(m.kind, m.batch_size)
             show(f"tuning: {meter.current} M={m.batch_size}")
 
         summary = run_tune(plan, progress=on_measurement, backend=backend, stage=on_stage)
