@@ -135,10 +135,13 @@ def test_every_command_refuses_a_path_as_device_name(capsys, tmp_path, command):
     assert not (tmp_path / "out").exists()
 
 
-def test_empty_device_name_is_refused_not_replaced_by_the_fallback(capsys):
-    code, out, err = run(capsys, "extract", "--model", QWEN3, "--device-name", "")
+@pytest.mark.parametrize("command", ["extract", "check", "tune", "benchmark"])
+@pytest.mark.parametrize("name", ["", "  "])
+def test_empty_device_name_is_refused_not_replaced_by_the_fallback(capsys, command, name):
+    extra = {"tune": ["--dry-run"], "benchmark": ["--dry-run"]}.get(command, [])
+    code, out, err = run(capsys, command, "--model", QWEN3, "--device-name", name, *extra)
     assert (code, out) == (2, "")
-    assert "NVIDIA_H200" not in err
+    assert "NVIDIA_H200" not in err and f"--device-name {name!r} is empty" in err
 
 
 def test_file_name_builders_refuse_a_path_too():

@@ -166,7 +166,8 @@ PROBE = textwrap.dedent(
             main(["check", "--model", "Qwen/Qwen3-30B-A3B", "--json"])
         except SystemExit as exc:
             code = exc.code
-    loaded = [n for n in ("torch", "triton", "vllm", "sglang", "matplotlib") if n in sys.modules]
+    heavy = ("torch", "triton", "vllm", "sglang", "matplotlib", "moetune.report")
+    loaded = [n for n in heavy if n in sys.modules]
     print(json.dumps({"code": code, "loaded": loaded, "report": json.loads(out.getvalue())}))
     """
 )

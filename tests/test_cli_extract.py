@@ -309,7 +309,7 @@ PROBE = textwrap.dedent(
             main(["extract", "--model", "moonshotai/Kimi-K3", "--tp", "8", "--ep", "--json"])
         except SystemExit as exc:
             code = exc.code
-    heavy = ("torch", "triton", "transformers", "huggingface_hub", "matplotlib")
+    heavy = ("torch", "triton", "transformers", "huggingface_hub", "matplotlib", "moetune.report")
     loaded = [name for name in heavy if name in sys.modules]
     print(json.dumps({"code": code, "loaded": loaded, "report": json.loads(out.getvalue())}))
     """

@@ -4,6 +4,7 @@ Each test is the exact repro of one such fault, run in-process as `moetune` runs
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,9 @@ def test_the_largest_batch_size_is_planned(capsys):
     )  # fmt: skip
     assert code == 0, err
     assert "Batch sizes: 1048576" in out
+    # One call there is tens of ms on an H200: the estimate is in minutes, not "~19 s".
+    (line,) = [line for line in out.splitlines() if line.startswith("Estimate:")]
+    assert re.match(r"Estimate: +~\d+(\.\d)? (min|h) ", line), line
 
 
 # --- one layout rule for extract, check, tune and benchmark -------------------------
@@ -392,3 +396,42 @@ def test_check_takes_a_real_triton_version(capsys, version):
     )  # fmt: skip
     assert code == 4, err  # no file here: but the version is taken
     assert json.loads(out)["triton_version"] == version
+
+
+# --- install hints: moetune is installed from its checkout ------------------------------
+
+
+@pytest.mark.parametrize("command", ["tune", "benchmark"])
+def test_without_torch_the_timing_commands_say_so_not_no_gpu(capsys, monkeypatch, command):
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # `import torch` fails
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    code, out, err = run(capsys, command, "-m", TINY_MOE, "--batch-size", "1")
+    assert code == 1 and out == ""
+    line = error_line(err)
+    assert line.startswith("Error: torch is not installed:") and "no CUDA GPU" not in line
+    assert "in the moetune checkout: pip install -e '.[kernel]'" in line
+    assert f"`moetune {command} ... --dry-run` shows the plan" in line
+
+
+def test_without_a_gpu_benchmark_names_its_own_dry_run(capsys, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    code, out, err = run(capsys, "benchmark", "-m", TINY_MOE, "--batch-size", "1")
+    assert code == 1
+    line = error_line(err)
+    assert "no CUDA GPU visible" in line and "`moetune benchmark ... --dry-run`" in line
+
+
+def test_every_pip_hint_says_where_it_runs():
+    """A `pip install -e` only works in the checkout; an engine goes in without its deps."""
+    hints = []
+    for path in sorted((ROOT / "moetune").rglob("*.py")):
+        text = path.read_text()
+        for match in re.finditer(r"pip install[^\n]*", text):
+            around = text[max(0, match.start() - 80) : match.end() + 80]
+            hints.append((f"{path.relative_to(ROOT)}: {match.group()}", match.group(), around))
+    assert len(hints) >= 5
+    for where, hint, around in hints:
+        if "pip install -e" in hint:
+            assert "checkout" in around, where
+        elif re.match(r"pip install \{?(vllm|sglang|target)", hint):
+            assert "--no-deps" in hint, where

@@ -105,8 +105,8 @@ def test_a_missing_module_stops_the_tune_in_one_line_and_the_rerun_measures_agai
     assert broken.returncode == 1, broken.stderr
     assert last_line(broken.stderr) == (
         "Error: the worker cannot run the kernel: No module named 'numpy' (an environment "
-        "problem, not a config; install numpy, e.g. with moetune's kernel extra: "
-        "pip install -e '.[kernel]', and rerun)"
+        "problem, not a config; install numpy, e.g. with moetune's kernel extra (in the "
+        "moetune checkout: pip install -e '.[kernel]'), and rerun)"
     )
     rows = ResultStore(save_dir).all()
     assert [m.status for m in rows] == ["environment"]  # stopped at the first one

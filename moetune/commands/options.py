@@ -352,11 +352,7 @@ def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> M
         limits = DeviceLimits.h200()
         interpreted = os.environ.get("TRITON_INTERPRET") == "1"
         if not dry_run and not interpreted:
-            raise TuneError(
-                "no CUDA GPU visible: timing needs one (`moetune tune ... --dry-run` shows the "
-                "plan without a GPU; TRITON_INTERPRET=1 runs the pipeline on the CPU, for "
-                "testing only)"
-            )
+            raise TuneError(_no_gpu_message())
         if device_name is None:
             # A plan names the files its run writes: under the interpreter, the CPU's.
             if interpreted:
@@ -369,6 +365,29 @@ def machine_from_options(options: dict[str, Any], *, dry_run: bool = False) -> M
                 device_name = FALLBACK_DEVICE_NAME
                 notes.append(f"no GPU visible: file names assume {device_name} (--device-name)")
     return Machine(device_name, installed_triton_version() or "unknown", limits, devices, notes)
+
+
+def _no_gpu_message() -> str:
+    """Why this command cannot time here (torch missing, or no GPU), and what runs instead."""
+    import importlib.util
+
+    context = click.get_current_context(silent=True)
+    command = f"moetune {context.info_name if context else 'tune'}"
+    instead = (
+        f"`{command} ... --dry-run` shows the plan without a GPU; TRITON_INTERPRET=1 runs the "
+        "pipeline on the CPU, for testing only"
+    )
+    try:
+        torch_found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken or stubbed-out torch
+        torch_found = False
+    if not torch_found:
+        return (
+            "torch is not installed: timing needs torch and a CUDA GPU (pip install torch, the "
+            "CUDA build you serve with, then in the moetune checkout: pip install -e "
+            f"'.[kernel]'; {instead})"
+        )
+    return f"no CUDA GPU visible: timing needs one ({instead})"
 
 
 def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Resolved:

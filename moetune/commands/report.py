@@ -37,7 +37,7 @@ def report(save_dirs: tuple[Path, ...], output: Path | None, json_: bool) -> Non
     engine, the plots also as PNG files beside it. Shapes found in several save
     dirs (two GPUs, two Triton versions) are compared on the page, with a ratio
     table. Needs no GPU, torch or triton; the plots need matplotlib
-    (pip install -e ".[report]").
+    (in the moetune checkout: pip install -e ".[report]").
 
     \b
     Example usage:

@@ -393,30 +393,13 @@ def _routing_adapter(routing: str):  # noqa: ANN202
 
 
 def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, ANN202 - rich types stay lazy
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TaskProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
+    from moetune.commands.progress import counts_text, tune_progress
     from moetune.tune.runner import run_tune
     from moetune.tune.sweep import estimate
     from moetune.tune.work_meter import WorkMeter
 
     meter = WorkMeter(estimate(plan))  # the bar counts the estimate's seconds, every stage
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
+    with tune_progress(console) as progress:
         task = progress.add_task(f"{label}tuning", total=meter.total, status="")
         counts = {"measured": 0, "stored": 0, "failed": 0}
 
@@ -426,8 +409,7 @@ def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, 
                 total=meter.total,
                 completed=meter.done,
                 description=f"{label}{description}",
-                status=f"{counts['measured']} timed, {counts['stored']} from store, "
-                f"{counts['failed']} failed",
+                status=counts_text(counts["measured"], counts["stored"], counts["failed"]),
             )
 
         def on_stage(name):  # noqa: ANN001, ANN202
@@ -437,7 +419,7 @@ def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, 
         def on_measurement(m, reused):  # noqa: ANN001, ANN202
             counts["stored" if reused else "measured"] += 1
             counts["failed"] += m.status != "ok"
-            meter.measured(m.kind)
+            meter.measured(m.kind, m.batch_size)
             show(f"tuning: {meter.current} M={m.batch_size}")
 
         summary = run_tune(plan, progress=on_measurement, backend=backend, stage=on_stage)

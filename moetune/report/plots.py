@@ -1,6 +1,6 @@
 """Time per batch size, log-log, as PNG bytes: one plot per (shape, engine), one per comparison.
 
-matplotlib is optional (``pip install -e ".[report]"``) and imported inside the
+matplotlib is optional (``pip install -e ".[report]"`` in the checkout) and imported inside the
 plotting functions only, through its object API (`Figure`, the Agg canvas): no
 pyplot, no display, no global state.
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 from moetune.report.data import Comparison, ShapeReport
 
-INSTALL_HINT = 'pip install -e ".[report]"'
-MISSING_LINE = f"no plots: matplotlib is not installed ({INSTALL_HINT} adds it)"
+INSTALL_HINT = 'pip install matplotlib, or in the moetune checkout: pip install -e ".[report]"'
+MISSING_LINE = f"no plots: matplotlib is not installed ({INSTALL_HINT})"
 STYLES = {  # by baseline key: line style and marker
     "vllm_fallback": ("--", "s"),
     "sglang_fallback": ("--", "D"),

@@ -78,7 +78,10 @@ def _remedy(error: str) -> str:
     missing = _MISSING_MODULE.search(error)
     if missing or re.match(r"(ModuleNotFoundError|ImportError)\b", error):
         name = missing.group(1).split(".")[0] if missing else "the missing package"
-        return f"install {name}, e.g. with moetune's kernel extra: pip install -e '.[kernel]'"
+        return (
+            f"install {name}, e.g. with moetune's kernel extra (in the moetune checkout: "
+            "pip install -e '.[kernel]')"
+        )
     if "cannot start" in error:
         return "fix the error the worker printed above"
     return "check the GPU, its driver and --gpus / CUDA_VISIBLE_DEVICES"

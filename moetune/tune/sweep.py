@@ -34,7 +34,16 @@ on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
   on the int8_w8a8 store, 0.62 on GLM-4.5-Air TP4: 4,217 lone rows for 2,279
   whole ones over three variants); exhaustive times every pruned pair per variant;
 - fixed: about 10 s per shape (worker start-up, the check against the
-  reference, ceilings, files).
+  reference, ceilings, files);
+- long calls: those rates hold while one call is shorter than a replay
+  (`moetune.tune.timing.TARGET_REPLAY_US`, 2 ms: the graph then holds several
+  calls). A longer call (a large M on a large shape) is replayed alone, so a
+  timing at that M takes at least its calls: the compile call, the sizing call and
+  the full fidelity's warm-up and timed replays (25 in all), each about 2x the
+  roofline floor at the H200's measured ceilings (the median whole call of the
+  recorded Qwen3-30B search at M = 4096 took 786 us over a 400 us floor,
+  examples/h200-2026-12-01). No default batch size of a released model is long
+  enough for that; M = 1,048,576 on Qwen3-30B is (about 5 s a timing).
 
 It is an estimate for an H200-class machine: fewer CPU cores compile slower,
 and a search that needs more rounds takes longer.
@@ -78,6 +87,11 @@ SECONDS_PER_PAIR = 0.14  # one whole call with split configs (pair or single, co
 FAST_SPLIT_LONE = 14  # lone timings per GEMM variant and batch size, --search fast
 THOROUGH_SPLIT_SHARE = 0.8  # lone timings per GEMM variant / whole-search timings, thorough
 BASELINES_PER_ENGINE = 2  # its fallback config and the file it would load today
+CALL_OVER_FLOOR = 2.0  # a searched call's time over its roofline floor (module docstring)
+# The H200's ceilings the long-call time is priced at: the HBM spec, and the matmul peaks
+# measured there (bf16 769 TFLOP/s, BENCHMARKS.md; fp8 1394-1440 and int8 932-950).
+H200_READ_BYTES_PER_S = 4.8e12
+H200_PEAK_FLOPS = {"bf16": 7.7e14, "fp8": 1.4e15, "int8": 9.4e14}
 ESTIMATE_NOTE = (
     "an estimate from the H200 rates of bench/results/tune-h200.md and BENCHMARKS.md; "
     "other machines differ"
@@ -132,9 +146,36 @@ class Estimate:
     split: bool = False  # an SGLang split search runs (its share is in `seconds`)
     lone: int = 0  # lone-GEMM timings the split search is expected to take
     stages: tuple[tuple[str, float], ...] = ()  # (stage, seconds), in the order they run
+    # Batch size -> least seconds of one timing there, where its calls outlast the rates.
+    long_timing_s: Mapping[int, float] = field(default_factory=dict)
 
     def stage_seconds(self, name: str) -> float:
         return dict(self.stages).get(name, 0.0)
+
+    def timing_seconds(self, rate: float, batch_size: int | None = None) -> float:
+        """Seconds of one timing at `rate` and `batch_size` (its calls' time where longer)."""
+        return max(rate, self.long_timing_s.get(batch_size, 0.0)) if batch_size else rate
+
+
+def long_timing_seconds(problem: TuneProblem, batch_size: int) -> float:
+    """Least seconds of one whole-call timing at `batch_size` on an H200: its calls' time."""
+    from moetune.roofline import PEAK_KIND, moe_roofline
+    from moetune.tune.timing import FIDELITIES
+
+    full = FIDELITIES["full"]
+    calls = 2 + full.warmup + full.replays  # compile, size the graph, then one call a replay
+    roof = moe_roofline(
+        batch_size,
+        problem.num_experts,
+        problem.intermediate_size,
+        problem.hidden_size,
+        problem.top_k,
+        problem.dtype,
+        problem.engine_block_shape,
+        per_channel=problem.per_channel,
+    )
+    peak = H200_PEAK_FLOPS[PEAK_KIND.get(problem.dtype, "bf16")]
+    return calls * CALL_OVER_FLOOR * roof.floor_seconds(H200_READ_BYTES_PER_S, peak)
 
 
 def split_variant_count(plan: TunePlan) -> int:
@@ -152,29 +193,61 @@ def estimate(plan: TunePlan) -> Estimate:
 
     request = plan.request
     batch_sizes = len(request.batch_sizes)
-    pairs = sum(len(report.kept) for report in plan.pruning.values())
+    kept = {m: len(report.kept) for m, report in plan.pruning.items()}
+    pairs = sum(kept.values())
     exhaustive = request.search == "exhaustive"
+    share = 1.0 if exhaustive else FAST_SEARCH_SHARE
     timed = pairs if exhaustive else math.ceil(pairs * FAST_SEARCH_SHARE)
     baselines = BASELINES_PER_ENGINE * len(request.engines) * batch_sizes
     split = bool(split_engines(request.engines))
     lone = confirms = 0
+    lone_per_m: dict[int, float] = {}
     if split:
         gemms = split_variant_count(plan)
         if exhaustive:
             lone = pairs * gemms
+            lone_per_m = {m: kept.get(m, 0) * gemms for m in request.batch_sizes}
         elif request.search == "thorough":
             lone = math.ceil(THOROUGH_SPLIT_SHARE * timed * gemms)
+            lone_per_m = {
+                m: THOROUGH_SPLIT_SHARE * share * kept.get(m, 0) * gemms
+                for m in request.batch_sizes
+            }
         else:
             lone = FAST_SPLIT_LONE * gemms * batch_sizes
+            lone_per_m = dict.fromkeys(request.batch_sizes, FAST_SPLIT_LONE * gemms)
         confirms = 2 * batch_sizes  # the pair and the single config, as whole calls
+    # Where a batch size's calls outlast the rates, its timings take their calls' time.
+    long = {m: long_timing_seconds(plan.problem, m) for m in request.batch_sizes}
+
+    def beyond(rate: float, count: Callable[[int], float]) -> float:
+        return sum(count(m) * max(0.0, long[m] - rate) for m in request.batch_sizes)
+
+    per_engine = BASELINES_PER_ENGINE * len(request.engines)
     stages = (
-        ("search", SECONDS_PER_TIMED * timed),
-        ("baselines", SECONDS_PER_TIMED * baselines),
-        ("split", SECONDS_PER_LONE * lone + SECONDS_PER_PAIR * confirms),
+        (
+            "search",
+            SECONDS_PER_TIMED * timed + beyond(SECONDS_PER_TIMED, lambda m: share * kept.get(m, 0)),
+        ),
+        (
+            "baselines",
+            SECONDS_PER_TIMED * baselines + beyond(SECONDS_PER_TIMED, lambda m: per_engine),
+        ),
+        (
+            "split",
+            SECONDS_PER_LONE * lone
+            + SECONDS_PER_PAIR * confirms
+            + (
+                beyond(SECONDS_PER_LONE, lambda m: lone_per_m.get(m, 0))
+                + beyond(SECONDS_PER_PAIR, lambda m: 2)
+                if split
+                else 0.0
+            ),
+        ),
         ("fixed", SECONDS_PER_SHAPE),
     )
     seconds = sum(value for _, value in stages)
-    return Estimate(seconds, pairs, timed, split, lone, stages)
+    return Estimate(seconds, pairs, timed, split, lone, stages, long)
 
 
 STAGE_LABELS = {
@@ -338,7 +411,9 @@ def _by_kernel(
 def format_duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def sweep_lines(sweep: SweepPlan) -> list[str]:

@@ -3,7 +3,8 @@
 The plan's estimate (`moetune.tune.sweep.estimate`) prices every stage: each
 whole-call, lone-GEMM and pair timing at its measured rate, and the fixed part
 (start-up, the check against the reference, ceilings, files). The meter adds
-each timing's price as it arrives and the fixed part in four equal shares: at
+each timing's price as it arrives (its calls' time at a batch size whose calls
+outlast the rates) and the fixed part in four equal shares: at
 the first timing (start-up done), and as the stages after the check, the
 ceilings and the files begin or the run ends. So one bar and one ETA cover the
 whole run, the stages without timings included. When a run needs more than
@@ -24,6 +25,7 @@ class WorkMeter:
     def __init__(self, estimate: Any) -> None:
         from moetune.tune.sweep import SECONDS_PER_LONE, SECONDS_PER_PAIR, SECONDS_PER_TIMED
 
+        self.estimate = estimate
         self.total = float(estimate.seconds)
         self.fixed_share = estimate.stage_seconds("fixed") / (len(FIXED_STAGES) + 1)
         self.rates = {
@@ -41,12 +43,14 @@ class WorkMeter:
         if self.done > self.total:
             self.total = self.done * 1.05  # more work than estimated: the bar makes room
 
-    def measured(self, kind: str) -> None:
-        """One timing of `kind` ("whole", "up", "down" or "pair") arrived."""
+    def measured(self, kind: str, batch_size: int | None = None) -> None:
+        """One timing of `kind` ("whole", "up", "down" or "pair") at `batch_size` arrived:
+        its rate, or its calls' time where they are longer (`Estimate.timing_seconds`)."""
         if not self.started:
             self.started = True
             self._add(self.fixed_share)
-        self._add(self.rates.get(kind, self.rates["whole"]))
+        rate = self.rates.get(kind, self.rates["whole"])
+        self._add(self.estimate.timing_seconds(rate, batch_size))
 
     def stage(self, name: str) -> None:
         """Stage `name` begins: the one before it is done."""

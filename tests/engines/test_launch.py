@@ -241,7 +241,8 @@ def test_tune_kernel_vllm_without_vllm_is_one_line(capsys) -> None:  # noqa: ANN
     assert code == 1
     assert err.strip().splitlines()[-1] == (
         "Error: --kernel vllm: vLLM is not installed in this Python environment "
-        "(pip install vllm==0.33.0, or use --kernel auto)"
+        "(pip install --no-deps vllm==0.33.0: moetune reads its kernel's source, or use "
+        "--kernel auto)"
     )
 
 

@@ -312,7 +312,8 @@ def test_without_matplotlib_the_tables_and_json_still_come(tuned, monkeypatch):
     result = CliRunner().invoke(cli, ["report", str(tuned)])
     assert result.exit_code == 0, result.output
     assert result.stderr == (
-        'Note: no plots: matplotlib is not installed (pip install -e ".[report]" adds it)\n'
+        "Note: no plots: matplotlib is not installed (pip install matplotlib, or in the "
+        'moetune checkout: pip install -e ".[report]")\n'
     )
     out = tuned / "report"
     assert not list(out.glob("*.png"))

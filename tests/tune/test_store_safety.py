@@ -245,8 +245,8 @@ def test_environment_rows_are_stored_but_never_reused(tmp_path):
 def test_the_environment_error_is_one_line_saying_what_to_do():
     assert str(WorkerEnvironmentError("ModuleNotFoundError: No module named 'numpy'")) == (
         "the worker cannot run the kernel: No module named 'numpy' (an environment problem, "
-        "not a config; install numpy, e.g. with moetune's kernel extra: pip install -e "
-        "'.[kernel]', and rerun)"
+        "not a config; install numpy, e.g. with moetune's kernel extra (in the moetune "
+        "checkout: pip install -e '.[kernel]'), and rerun)"
     )
     message = str(WorkerEnvironmentError("RuntimeError: No CUDA GPUs are available"))
     assert message.endswith(

@@ -203,6 +203,33 @@ def test_the_estimate_lands_within_30_percent_of_recorded_walls(
     assert abs(estimate(plan).seconds / wall_s - 1) <= 0.3
 
 
+def test_a_batch_size_whose_call_outlasts_the_rate_is_estimated_at_its_calls(tmp_path):
+    # M = 1,048,576 on Qwen3-30B TP1: one call is at least 2 * M * top-k * 3 * N * K flops,
+    # 79 TFLOP, 80 ms even at the H200's datasheet 989 TFLOP/s; a whole-call timing runs it
+    # more than 23 times (warm-up and timed replays of the full fidelity), one call a replay.
+    from moetune.tune.timing import FIDELITIES
+
+    qwen = expand_layouts([1], dtypes=["bf16"])
+    full = FIDELITIES["full"]
+    call_s = 2 * 1_048_576 * 8 * 3 * 768 * 2048 / 989e12
+    timing_s = (full.warmup + full.replays) * call_s
+    plan = sweep(
+        "Qwen/Qwen3-30B-A3B", qwen, tmp_path, space=default_space(), batch_sizes=(1_048_576,),
+        engines=("vllm",),
+    ).plans[0]  # fmt: skip
+    est = estimate(plan)
+    assert est.stage_seconds("search") >= est.timed * timing_s  # minutes, not seconds
+    assert est.stage_seconds("baselines") >= 2 * timing_s  # vLLM's fallback and its file
+    assert est.seconds < 4 * (est.timed + 2) * timing_s  # and not an hour either
+    # A batch size whose calls are short keeps the measured rate: M=1 is no dearer here.
+    both = sweep(
+        "Qwen/Qwen3-30B-A3B", qwen, tmp_path, space=default_space(),
+        batch_sizes=(1, 1_048_576), engines=("vllm",),
+    ).plans[0]  # fmt: skip
+    extra = estimate(both).stage_seconds("baselines") - est.stage_seconds("baselines")
+    assert extra == pytest.approx(2 * SECONDS_PER_TIMED)
+
+
 def test_the_plan_line_names_every_stage(tmp_path):
     layouts = expand_layouts([1], dtypes=["bf16"])
     lines = sweep_lines(sweep(TINY, layouts, tmp_path, is_sweep=False))

@@ -55,3 +55,15 @@ def test_more_work_than_estimated_grows_the_total():
         meter.measured("whole")
     assert meter.done < meter.total
     assert meter.done == pytest.approx(SECONDS_PER_SHAPE / 4 + 1000 * SECONDS_PER_TIMED)
+
+
+def test_a_timing_at_a_batch_size_of_long_calls_counts_its_calls_time():
+    stages = (("search", 60.0), ("baselines", 0.0), ("split", 0.0), ("fixed", SECONDS_PER_SHAPE))
+    long = {1_048_576: 5.0, 1: 0.001}
+    meter = WorkMeter(Estimate(70.0, 12, 12, False, 0, stages, long))
+    meter.measured("whole", 1_048_576)
+    start = SECONDS_PER_SHAPE / 4
+    assert meter.done == pytest.approx(start + 5.0)  # as the estimate priced it
+    meter.measured("whole", 1)  # short calls: the measured rate
+    meter.measured("pair")
+    assert meter.done == pytest.approx(start + 5.0 + SECONDS_PER_TIMED + SECONDS_PER_PAIR)

@@ -121,7 +121,8 @@ def resolve_kernel(
         if explicit:
             raise KernelChoiceError(
                 f"--kernel {choice}: {label} is not installed in this Python environment "
-                f"(pip install {target}=={known_releases(target)[-1]}, or use --kernel auto)"
+                f"(pip install --no-deps {target}=={known_releases(target)[-1]}: moetune reads "
+                "its kernel's source, or use --kernel auto)"
             )
         return Resolution(engine, None)  # the plan's Kernel line says it is the twin
     version = installed.version or "unknown"
