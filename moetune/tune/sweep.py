@@ -36,7 +36,7 @@ on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
 - fixed: about 10 s per shape (worker start-up, the check against the
   reference, ceilings, files);
 - long calls: those rates hold while one call is shorter than a replay
-  (`moetune.tune.timing.TARGET_REPLAY_US`, 2 ms: the graph then holds several
+  (`moetune.tune.measure.timing.TARGET_REPLAY_US`, 2 ms: the graph then holds several
   calls). A longer call (a large M on a large shape) is replayed alone, so a
   timing at that M takes at least its calls: the compile call, the sizing call and
   the full fidelity's warm-up and timed replays (25 in all), each about 2x the
@@ -160,7 +160,7 @@ class Estimate:
 def long_timing_seconds(problem: TuneProblem, batch_size: int) -> float:
     """Least seconds of one whole-call timing at `batch_size` on an H200: its calls' time."""
     from moetune.roofline import PEAK_KIND, moe_roofline
-    from moetune.tune.timing import FIDELITIES
+    from moetune.tune.measure.timing import FIDELITIES
 
     full = FIDELITIES["full"]
     calls = 2 + full.warmup + full.replays  # compile, size the graph, then one call a replay

@@ -207,7 +207,7 @@ def test_a_batch_size_whose_call_outlasts_the_rate_is_estimated_at_its_calls(tmp
     # M = 1,048,576 on Qwen3-30B TP1: one call is at least 2 * M * top-k * 3 * N * K flops,
     # 79 TFLOP, 80 ms even at the H200's datasheet 989 TFLOP/s; a whole-call timing runs it
     # more than 23 times (warm-up and timed replays of the full fidelity), one call a replay.
-    from moetune.tune.timing import FIDELITIES
+    from moetune.tune.measure.timing import FIDELITIES
 
     qwen = expand_layouts([1], dtypes=["bf16"])
     full = FIDELITIES["full"]
