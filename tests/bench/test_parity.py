@@ -123,3 +123,67 @@ def test_int4_check_only_runs_on_the_cpu(parity, tmp_path):
 def test_unknown_shape_is_a_one_line_error(parity, capsys):
     assert parity.main(["--shapes", "nope", "--out", "/nonexistent/never-written"]) == 1
     assert capsys.readouterr().err.strip().startswith("Error: unknown shape(s) nope; known:")
+
+
+class _FakeDevice:
+    """Just enough of torch.cuda for the timed path on the CPU: every eager call takes
+    `eager_ms` (so a graph holds one call), graphs replay nothing and count their replays."""
+
+    def __init__(self, eager_ms: float):
+        self.eager_ms, self.replays, self.reset = eager_ms, [], 0
+        device = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                pass
+
+            def record(self):
+                pass
+
+            def elapsed_time(self, other):
+                return device.eager_ms
+
+        class Graph:
+            def replay(self):
+                device.replays.append(self)
+
+            def reset(self):
+                device.reset += 1
+
+        self.Event, self.CUDAGraph = Event, Graph
+
+    def install(self, monkeypatch):
+        import contextlib
+
+        monkeypatch.setattr(torch.cuda, "Event", self.Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", self.CUDAGraph)
+        monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a fake device stands in for the GPU")
+def test_the_timed_path_replays_every_graph_round_robin(parity, monkeypatch):
+    """measure_point's timing on a fake device: one graph per (kernel, config), captured by
+    the tuner's harness, replayed once per round (up to 3x `rounds` while a quarter of the
+    budget lasts), all closed at the end."""
+    device = _FakeDevice(eager_ms=5.0)
+    device.install(monkeypatch)
+    E, N, K, top_k, *_ = parity.SHAPES["tiny-int4"]
+    problem = parity.half_precision(
+        make_problem(
+            3 * parity.TOKEN_SETS, E, N, K, top_k, "int4_w4a16", device="cpu", group_size=32
+        )
+    )
+    kernels, _ = parity.load_kernels(None, "int4_w4a16")
+    row = parity.measure_point("tiny-int4", 3, problem, kernels, rounds=4, budget_s=600.0)
+    keys = sorted(f"moetune|{c}" for c in parity.TINY_INT4_CONFIGS)
+    assert sorted(row["us"]) == keys and row["rounds"] == 12  # replays here take no time
+    assert all(len(samples) == 12 for samples in row["samples"].values())
+    # 2 graphs: one warm-up replay each, then one replay each per round, the order reversed
+    # every other round; every graph reset.
+    assert len(device.replays) == 2 * (1 + 12) and len(set(device.replays)) == 2
+    rounds = [device.replays[2 + 2 * r : 4 + 2 * r] for r in range(12)]
+    assert all(rounds[r + 1] == rounds[r][::-1] for r in range(11))
+    assert device.reset == 2
+    assert all(row["us"][key] == pytest.approx(5000.0) for key in keys)  # 5 ms, 1 call per graph
+    assert all(isinstance(e, list) and e[0] < 1e-3 for e in row["errors"].values())
