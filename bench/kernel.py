@@ -34,7 +34,7 @@ Without a GPU (TRITON_INTERPRET=1) it times plain calls on the host instead: use
     python bench/kernel.py --quick               # tiny shape, M = 1 and 8
     python bench/kernel.py --shapes qwen3-30b-a3b-tp1 --batch-sizes 1,64 --dtypes bf16
 
-Full results go to `--out DIR` (default bench/results/<UTC time>/): results.json
+Full results go to `--out DIR` (default bench/results/<UTC date>-kernel-<UTC time>/): results.json
 and results.md; the compact table is printed last.
 """
 
@@ -668,7 +668,9 @@ def parse_args(argv):
     parser.add_argument(
         "--quick", action="store_true", help="the tiny shape at M = 1 and 8 (CPU-friendly)"
     )
-    parser.add_argument("--out", help="results folder (default: bench/results/<UTC time>)")
+    parser.add_argument(
+        "--out", help="results folder (default: bench/results/<UTC date>-kernel-<UTC time>)"
+    )
     parser.add_argument(
         "--vllm-ref",
         help="file with vLLM's fused_moe_kernel source (see bench/parity.py): also time the "
@@ -697,7 +699,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     unknown = [label for label in labels if label not in DTYPES]
     if unknown:
         sys.exit(f"Error: unknown dtype(s) {', '.join(unknown)}; known: {', '.join(DTYPES)}")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-kernel-%H%M%SZ")
     out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / stamp
 
     vllm_gemm = None

@@ -94,7 +94,7 @@ NOTE_CONFIGS = {
     "fp8_w8a8": {"f64g32": cfg("64/128/128/32/4/4"), "f64g16": cfg("64/128/128/16/4/3")},
 }
 # int4 w4a16, by batch size: the H200 tune's measured bests (BLOCK_SIZE_N 32, BLOCK_SIZE_K
-# 256: M=16 and M=256, bench/results/h200-2026-12-01/quant/int4.measurements.jsonl.gz)
+# 256: M=16 and M=256, bench/results/2026-12-01-h200-session/quant/int4.measurements.jsonl.gz)
 # and a wgmma tile (BLOCK_SIZE_M 64 / 128).
 INT4_CONFIGS = {
     16: {

@@ -21,7 +21,7 @@ int equal to 1 and None become constexprs, multiples of 16 get divisibility 16);
 runtime arguments of the two launches must specialize alike. `--path` picks the
 quantization (bf16, fp16, fp8-tensor, fp8-channel, fp8-block, int8-channel, int8-w8a16,
 or all), `--down` the down GEMM (routed weights, top_k 1); configs are
-BM/BN/BK/GROUP_M/warps/stages. Results: bench/results/sass-vllm033-2026-12-02/.
+BM/BN/BK/GROUP_M/warps/stages. Results: bench/results/2026-12-02-sass-vllm033/.
 
     PYTHONPATH=/tmp/t36:$PWD python bench/sass_loop.py --path fp8-block --M 256 \
         --vllm-ref /work/engines/src/vllm/model_executor/layers/fused_moe/fused_moe.py \
@@ -33,7 +33,7 @@ saved to a file, see bench/parity.py)
 at Qwen3-30B-A3B int4's shape (E=128, N=768, K=2048, group 128; up GEMM top_k 8,
 ``--down`` top_k 1 with routed weights), every argument specialized as the launchers
 pass it for batch size M; it adds the loop's memory instructions. Results:
-bench/results/sass-int4-2026-12-01/.
+bench/results/2026-12-01-sass-int4/.
 
     python bench/sass_loop.py --int4 256 --down --vllm-ref .vllm_ref/fused_moe_kernel_gptq_awq.py \
         --configs 64/32/128/16/4/3,16/32/256/16/4/4
