@@ -13,10 +13,11 @@ For every shape (bench/shapes.json), dtype and batch size M it measures, in one 
   grouped GEMM for 128x128 block-scaled fp8 (`_scaled_grouped_mm` takes row-wise
   scales), so fp8 points leave it out.
 
-Each variant is captured in a CUDA graph of several calls whose inputs rotate
-among different token sets (so consecutive calls route differently and small-M
-weights are not served from L2), replayed many times; p20/p50/p80 are per call.
-As in the tuner (moetune/tune/measure/timing.py), the whole call and the GEMM pairs get new
+Every variant is timed by the tuner's own harness (`moetune.tune.measure.timing`, "full"
+fidelity): a CUDA graph of as many calls as last about 2 ms (at most 10), 3 warm-up
+and 20 timed replays, p20/p50/p80 per call. The whole call is `time_fused_moe` itself,
+exactly what `moetune tune` measures; the other variants are benches of that harness
+whose calls rotate among up to 10 token sets. The whole call and the GEMM pairs get new
 router logits before every replay, outside the timed region (the GEMM pairs' routing
 weights and alignment are rewritten in place), so every replay routes differently.
 With `--vllm-ref FILE` the GEMM pairs also run on vLLM's `fused_moe_kernel` (source
@@ -33,24 +34,23 @@ Without a GPU (TRITON_INTERPRET=1) it times plain calls on the host instead: use
     python bench/kernel.py --quick               # tiny shape, M = 1 and 8
     python bench/kernel.py --shapes qwen3-30b-a3b-tp1 --batch-sizes 1,64 --dtypes bf16
 
-Full results go to `--out DIR` (default bench/results/<UTC time>/): results.json
+Full results go to `--out DIR` (default bench/results/<UTC date>-kernel-<UTC time>/): results.json
 and results.md; the compact table is printed last.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
 import json
-import math
 import os
 import platform
 import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -69,6 +69,7 @@ from moetune.kernel.quant import per_token_group_quant_fp8
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
 from moetune.roofline import expected_experts_hit, moe_roofline
+from moetune.tune.measure.timing import FIDELITIES, time_bench, time_fused_moe
 
 BENCH_DIR = Path(__file__).resolve().parent
 SHAPES_FILE = BENCH_DIR / "shapes.json"
@@ -77,38 +78,20 @@ BATCH_SIZES = (1, 8, 64, 256, 1024, 4096)
 QUICK_BATCH_SIZES = (1, 8)
 # Benchmark dtype label -> (kernel dtype string, weight block shape).
 DTYPES = {"bf16": ("bf16", None), "fp8-block": ("fp8_w8a8", (128, 128))}
-QUANTILES = (0.2, 0.5, 0.8)
-# A CUDA graph holds enough calls to last about this long (fewer for slow calls) ...
-GRAPH_TARGET_US = 1000.0
-MAX_CALLS_PER_GRAPH = 10
-MIN_CALLS_PER_GRAPH = 2
+# The tuner's fidelity: what every variant is timed at.
+FIDELITY = "full"
 # Token sets the calls rotate among: as many as a graph holds on a GPU, two on the host.
-GPU_TOKEN_SETS, HOST_TOKEN_SETS = MAX_CALLS_PER_GRAPH, 2
-# ... and is replayed until about this much time has passed (at least MIN_REPLAYS).
-REPLAY_BUDGET_US = 150_000.0
-MIN_REPLAYS, MAX_REPLAYS = 5, 100
-# A guess at one glue op's time, to size its graph (the roofline floor sizes the others).
-GLUE_ESTIMATE_US = 5.0
+GPU_TOKEN_SETS, HOST_TOKEN_SETS = FIDELITIES[FIDELITY].max_calls_per_graph, 2
 GLUE_OPS = ("routing", "align", "silu", "sum", "quant_x", "quant_act", "silu_quant_fused")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Shape:
     name: str
     E: int
     top_k: int
     K: int
     N: int
-
-
-@dataclass(frozen=True)
-class Timing:
-    p20_us: float
-    p50_us: float
-    p80_us: float
-    calls_per_graph: int
-    replays: int
-    graph: bool
 
 
 def load_shapes(names: list[str] | None) -> list[Shape]:
@@ -136,81 +119,38 @@ def vllm_config(shape: Shape, dtype: str, block_shape, M: int, device_name: str)
 # %% Timing -------------------------------------------------------------------------------
 
 
-def _quantiles(samples: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(samples)
-    if len(ordered) == 1:
-        return ordered[0], ordered[0], ordered[0]
-    cuts = statistics.quantiles(ordered, n=10, method="inclusive")
-    return cuts[1], statistics.median(ordered), cuts[7]
+class Calls:
+    """A variant's calls as a bench of the tuner's harness (`moetune.tune.measure.timing.Bench`):
+    slot i runs call i (modulo their number); `refresh`, when given, gives every call
+    new routings in place before each replay."""
+
+    def __init__(self, calls: list, refresh=None) -> None:
+        self.calls, self.refresh = calls, refresh
+
+    def allocate(self, count: int) -> None:
+        pass  # the calls own their inputs
+
+    def refill(self) -> None:
+        if self.refresh is not None:
+            self.refresh()
+
+    def launch(self, slot: int):
+        return self.calls[slot % len(self.calls)]()
+
+    def release(self) -> None:
+        pass
 
 
-def time_calls(calls: list, estimate_us: float, on_gpu: bool, refresh=None) -> Timing:
-    """Per-call latency of `calls` (zero-argument callables, run in order).
-
-    On a GPU: warm up (compiles), capture a CUDA graph of the calls, repeated to
-    about GRAPH_TARGET_US, and time its replays with device events. `refresh`, when
-    given, runs before every replay, outside the timed region: it gives the calls new
-    routings in place (the tuner's method, moetune/tune/measure/timing.py), so no two replays
-    route alike and a kernel cannot be timed on one lucky (or unlucky) expert load.
-    """
-    refresh = refresh or (lambda: None)
-    for call in calls:
-        call()  # compile and allocate outside the timed region
-    if not on_gpu:
-        refresh()  # exercised here too, untimed
-        start = time.perf_counter()
-        for call in calls:
-            call()
-        per_call = (time.perf_counter() - start) * 1e6 / len(calls)
-        return Timing(
-            per_call, per_call, per_call, calls_per_graph=len(calls), replays=1, graph=False
-        )
-
-    torch.cuda.synchronize()
-    repeat = min(
-        MAX_CALLS_PER_GRAPH // len(calls), round(GRAPH_TARGET_US / (estimate_us * len(calls)))
-    )
-    repeat = max(repeat, 1, math.ceil(MIN_CALLS_PER_GRAPH / len(calls)))
-    sequence = calls * repeat
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for call in sequence:
-                call()
-        run, captured = graph.replay, True
-    except Exception as exc:  # noqa: BLE001 - time plain launches instead, and say so
-        print(
-            f"  CUDA graph capture failed ({type(exc).__name__}); timing plain launches", flush=True
-        )
-        torch.cuda.synchronize()
-
-        def run():
-            for call in sequence:
-                call()
-
-        captured = False
-    run()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    refresh()
-    start.record()
-    run()
-    end.record()
-    end.synchronize()
-    first_us = start.elapsed_time(end) * 1e3
-    replays = int(min(MAX_REPLAYS, max(MIN_REPLAYS, REPLAY_BUDGET_US / max(first_us, 1.0))))
-    samples = []
-    for _ in range(replays):
-        refresh()
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / len(sequence))
-    del graph
-    return Timing(
-        *_quantiles(samples), calls_per_graph=len(sequence), replays=replays, graph=captured
-    )
+def timing_row(timing, on_gpu: bool) -> dict:
+    """A `moetune.tune.measure.timing.Timing` as results.json records it."""
+    return {
+        "p20_us": timing.p20_us,
+        "p50_us": timing.median_us,
+        "p80_us": timing.p80_us,
+        "calls_per_graph": timing.calls_per_replay,
+        "replays": timing.replays,
+        "graph": on_gpu,
+    }
 
 
 def measure_ceilings(device: str, quick: bool) -> dict:
@@ -366,23 +306,6 @@ def gemm_only_calls(problem, token_sets, config, dtype, block_shape, gemm=invoke
     return calls, refresh
 
 
-def whole_calls(problem, token_sets, config, top_k):
-    """`fused_moe` per token set on its own logits buffer, and a refresh that redraws them."""
-    owned = [(x, logits.clone()) for x, logits in token_sets]
-    calls = [
-        lambda x=x, logits=logits: fused_moe(
-            x, problem.w1, problem.w2, logits, top_k, config=config, quant=problem.quant
-        )
-        for x, logits in owned
-    ]
-
-    def refresh():
-        for _, logits in owned:
-            logits.normal_()
-
-    return calls, refresh
-
-
 def grouped_mm_calls(problem, token_sets):
     """torch._grouped_mm gate/up then down on tokens pre-sorted by expert (glue excluded)."""
     w1_t = problem.w1.transpose(1, 2)  # [E, K, 2N], column-major per expert: what it wants
@@ -501,12 +424,13 @@ def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu,
             row["rel_rms_error"][name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     del reference
 
+    whole_problem = dataclasses.replace(problem, x=x0, router_logits=logits0)
     variants = []
     for name, config in configs.items():
         variants.append(
             (
                 f"whole_{name}",
-                lambda config=config: whole_calls(problem, sets, config, shape.top_k),
+                lambda config=config: time_fused_moe(whole_problem, config, FIDELITY),
             )
         )
         variants.append(
@@ -530,13 +454,15 @@ def measure_point(problem, shape, label, M, pool, ceilings, device_name, on_gpu,
     else:
         row["errors"]["grouped_mm"] = "not run: torch has no 128x128 block-scaled fp8 grouped GEMM"
 
-    for variant, make_calls in variants:
-        estimate_us = GLUE_ESTIMATE_US if variant.startswith("glue_") else floor_us
+    for variant, make in variants:
         try:
-            made = make_calls()
-            calls, refresh = made if isinstance(made, tuple) else (made, None)
-            timing = time_calls(calls, estimate_us, on_gpu, refresh)
-            row["timings"][variant] = dict(timing.__dict__)
+            made = make()
+            if variant.startswith("whole_"):
+                timing = made  # time_fused_moe's own result
+            else:
+                calls, refresh = made if isinstance(made, tuple) else (made, None)
+                timing = time_bench(Calls(calls, refresh), FIDELITY, on_gpu)
+            row["timings"][variant] = timing_row(timing, on_gpu)
         except Exception as exc:  # noqa: BLE001 - one failed variant must not end the run
             row["errors"][variant] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             print(
@@ -742,7 +668,9 @@ def parse_args(argv):
     parser.add_argument(
         "--quick", action="store_true", help="the tiny shape at M = 1 and 8 (CPU-friendly)"
     )
-    parser.add_argument("--out", help="results folder (default: bench/results/<UTC time>)")
+    parser.add_argument(
+        "--out", help="results folder (default: bench/results/<UTC date>-kernel-<UTC time>)"
+    )
     parser.add_argument(
         "--vllm-ref",
         help="file with vLLM's fused_moe_kernel source (see bench/parity.py): also time the "
@@ -771,7 +699,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     unknown = [label for label in labels if label not in DTYPES]
     if unknown:
         sys.exit(f"Error: unknown dtype(s) {', '.join(unknown)}; known: {', '.join(DTYPES)}")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-kernel-%H%M%SZ")
     out_dir = Path(args.out) if args.out else BENCH_DIR / "results" / stamp
 
     vllm_gemm = None
@@ -792,7 +720,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         flush=True,
     )
     rows = []
-    pool = max(max(batch_sizes), MAX_CALLS_PER_GRAPH * min(batch_sizes))
+    pool = max(max(batch_sizes), GPU_TOKEN_SETS * min(batch_sizes))
     for shape in shapes:
         for label in labels:
             dtype, block_shape = DTYPES[label]

@@ -1,31 +1,32 @@
 """Same-run GEMM parity: moetune's fused-MoE GEMM kernel against vLLM's, same config and inputs.
 
-Three kernels run in one process on the same inputs:
+Two kernels run in one process on the same inputs:
 
 - ``vllm``: vLLM's ``fused_moe_kernel`` (vllm-project/vllm@13cb3e44, the function source
   saved to a file that `--vllm-ref` names; it is a measurement baseline, never part of
   moetune), exec'd unchanged under a two-line ``vllm.triton_utils`` shim and launched
   the way vLLM's ``invoke_fused_moe_kernel`` does (grid, the small-M ``EM`` cap,
   argument order);
-- ``moetune``: `moetune.kernel.fused_moe_kernel.invoke_fused_moe_gemm` of this tree;
-- ``before``: the same function at a044f6c (bench/parity_baseline/), the kernel
-  before the parity work.
+- ``moetune``: `moetune.kernel.fused_moe_kernel.invoke_fused_moe_gemm` of this tree.
 
 int4 w4a16 shapes (``*-int4``) compare the engines' int4 path instead: vLLM's
 ``fused_moe_kernel_gptq_awq`` (same commit, its own saved source, e.g.
 .vllm_ref/fused_moe_kernel_gptq_awq.py) launched as ``invoke_fused_moe_kernel``
 launches it for ``block_shape=[0, group_size]`` (N and K constexpr, ``block_k_diviable``,
 its stride order), against `moetune.kernel.fused_moe_wna16_kernel.invoke_fused_moe_wna16_gemm`,
-on the same packed weights, group scales, inputs and alignment (no ``before`` kernel).
+on the same packed weights, group scales, inputs and alignment.
 
 Method (that of ../shared/notes/fidelity-h200.md): per (shape, M), 10 token sets, each
 with its own x and routing (random logits, softmax, top-k, renormalized), shared by all
 kernels together with the alignment; a call is GEMM1 (x @ w1) plus GEMM2 (act @ w2,
-routed weight). Per (kernel, config) one CUDA graph of the 10 calls; all graphs of a
-point are replayed round-robin, the order reversed every other round, for at least
-`--rounds` rounds; the figure is the p50 per call in us. Before timing, every kernel's
-outputs on the first token set are checked against a float32 reference (relative RMS
-error of GEMM1's and GEMM2's outputs).
+routed weight). Per (kernel, config) one CUDA graph captured by the tuner's harness
+(`moetune.tune.measure.timing.capture_graph`: compile timed apart, as many calls as
+last about 2 ms, at most one per token set); the inputs stay fixed, so every kernel times
+the same token sets. All graphs of a point are replayed round-robin, the order reversed
+every other round, for at least `--rounds` rounds; the figure is the p50 per call in us.
+Before timing, every kernel's layer on the first token set (its GEMM1, SiLU-and-mul,
+its GEMM2, the top-k sum) is checked against `moetune.kernel.naive.naive_fused_experts`,
+the float32 reference of the tests and the tuner (relative RMS error).
 
     python bench/parity.py --vllm-ref .vllm_ref/fused_moe_kernel_13cb3e44.py --out DIR
 
@@ -56,7 +57,6 @@ import types
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-BASELINE = BENCH_DIR / "parity_baseline" / "fused_moe_kernel_a044f6c.py"
 VLLM_CONFIG_DIR = BENCH_DIR / "vllm_configs"
 TOKEN_SETS = 10
 
@@ -94,7 +94,7 @@ NOTE_CONFIGS = {
     "fp8_w8a8": {"f64g32": cfg("64/128/128/32/4/4"), "f64g16": cfg("64/128/128/16/4/3")},
 }
 # int4 w4a16, by batch size: the H200 tune's measured bests (BLOCK_SIZE_N 32, BLOCK_SIZE_K
-# 256: M=16 and M=256, bench/results/h200-2026-12-01/quant/int4.measurements.jsonl.gz)
+# 256: M=16 and M=256, bench/results/2026-12-01-h200-session/quant/int4.measurements.jsonl.gz)
 # and a wgmma tile (BLOCK_SIZE_M 64 / 128).
 INT4_CONFIGS = {
     16: {
@@ -339,7 +339,6 @@ def load_kernels(vllm_ref: str | None, dtype: str = "bf16") -> tuple[dict, list[
     else:
         notes.append(f"vllm kernel skipped: no reference source at {vllm_ref!r}")
     kernels["moetune"] = invoke_fused_moe_gemm
-    kernels["before"] = load_module(BASELINE, "moetune_kernel_a044f6c").invoke_fused_moe_gemm
     return kernels, notes
 
 
@@ -379,55 +378,83 @@ def token_sets(problem, M: int, top_k: int):
     return sets
 
 
-def dequant_act(a, scale, block_shape):
-    if scale is None:
-        return a.float()
-    return a.float() * scale.repeat_interleave(block_shape[1], dim=1)[:, : a.shape[1]]
-
-
-def expert_weights(problem, which: int, e: int):
-    """float32 weights of expert `e` of w1 or w2 (`which`), dequantized."""
-    from moetune.kernel.quant import dequantize_weights
-
+def weight_args(problem, which: int, a_scale) -> dict:
+    """Keywords of GEMM `which` (1: w1, 2: w2) besides routing, alignment and config."""
     quant = problem.quant
-    w = getattr(problem, f"w{which}")[e : e + 1]
-    scale = getattr(quant, f"w{which}_scale")[e : e + 1]
-    if quant.dtype == "int4_w4a16":
-        zp = getattr(quant, f"w{which}_zp")
-        return dequantize_weights(
-            w,
-            scale,
+    if quant is not None and quant.dtype == "int4_w4a16":
+        return dict(
+            w_scale=getattr(quant, f"w{which}_scale"),
+            w_zp=getattr(quant, f"w{which}_zp"),
             group_size=quant.group_size,
-            zero_points=None if zp is None else zp[e : e + 1],
-        )[0]
-    return dequantize_weights(w, scale, quant.block_shape)[0]
+        )
+    return dict(
+        a_scale=a_scale,
+        w_scale=getattr(quant, f"w{which}_scale") if quant else None,
+        quant_dtype=quant.dtype if quant else None,
+        block_shape=quant.block_shape if quant else None,
+    )
 
 
-def reference(problem, a1, a1_scale, a2, a2_scale, weights, ids):
-    """float32 GEMM1 [M*top_k, 2N] and GEMM2 [M*top_k, K] (routed weight applied), per expert."""
+def activation(gate_up, block_shape):
+    """GEMM2's input from GEMM1's output, as `fused_moe` makes it: (act, act_scale)."""
+    from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
+
+    if block_shape is not None:
+        return silu_and_mul_quant_fp8(gate_up, block_shape[1])
+    return silu_and_mul(gate_up), None
+
+
+def alignment_of(ids, block_size_m: int, num_experts: int) -> dict:
+    from moetune.kernel.align import align_block_size
+
+    sorted_ids, expert_ids, num_post = align_block_size(ids, block_size_m, num_experts)
+    return dict(sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post)
+
+
+def layer_error(kernel, problem, config: dict, token_set, block_shape, reference) -> float:
+    """Relative RMS error of the layer `kernel` computes on `token_set` (its GEMM1,
+    SiLU-and-mul, its GEMM2 with the routed weights, the top-k sum) against `reference`,
+    `naive_fused_experts` of the same x and routing."""
     import torch
 
-    quant = problem.quant
-    block_shape = quant.block_shape if quant else None
-    E, two_n = problem.w1.shape[:2]
-    K = problem.x.shape[1]  # (int4 packs two columns of w1 per byte)
-    top_k = ids.shape[1]
-    flat = ids.reshape(-1).long()
-    x32 = dequant_act(a1, a1_scale, block_shape)
-    act32 = dequant_act(a2, a2_scale, block_shape)
-    g1 = torch.zeros(flat.numel(), two_n, device=a1.device)
-    g2 = torch.zeros(flat.numel(), K, device=a1.device)
-    for e in range(E):
-        slots = (flat == e).nonzero().squeeze(1)
-        if slots.numel() == 0:
-            continue
-        if quant is None:
-            w1e, w2e = problem.w1[e].float(), problem.w2[e].float()
-        else:
-            w1e, w2e = (expert_weights(problem, which, e) for which in (1, 2))
-        g1[slots] = x32[slots // top_k] @ w1e.T
-        g2[slots] = (act32[slots] @ w2e.T) * weights.reshape(-1)[slots, None]
-    return g1, g2
+    x, a1, a1_scale, weights, ids = token_set
+    M, top_k = ids.shape
+    two_n, hidden = problem.w1.shape[1], problem.w2.shape[1]
+    align = alignment_of(ids, config["BLOCK_SIZE_M"], problem.w1.shape[0])
+    gate_up = torch.full((M * top_k, two_n), float("nan"), dtype=x.dtype, device=x.device)
+    kernel(
+        a1,
+        problem.w1,
+        gate_up,
+        topk_weights=None,
+        mul_routed_weight=False,
+        top_k=top_k,
+        config=config,
+        **weight_args(problem, 1, a1_scale),
+        **align,
+    )
+    a2, a2_scale = activation(gate_up, block_shape)
+    down = torch.full((M, top_k, hidden), float("nan"), dtype=x.dtype, device=x.device)
+    kernel(
+        a2,
+        problem.w2,
+        down,
+        topk_weights=weights,
+        mul_routed_weight=True,
+        top_k=1,
+        config=config,
+        **weight_args(problem, 2, a2_scale),
+        **align,
+    )
+    return rel_rms(reference, down.float().sum(dim=1))
+
+
+def reference(problem, token_set):
+    """float32 layer output [M, K] of `token_set`: `moetune.kernel.naive.naive_fused_experts`."""
+    from moetune.kernel.naive import naive_fused_experts
+
+    x, _, _, weights, ids = token_set
+    return naive_fused_experts(x, problem.w1, problem.w2, weights, ids, quant=problem.quant)
 
 
 def rel_rms(ref, out) -> float:
@@ -469,32 +496,14 @@ def measure_point(
 ) -> dict:
     import torch
 
-    from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
-    from moetune.kernel.align import align_block_size
+    from moetune.tune.measure.timing import FIDELITIES, capture_graph
 
     E, N, K, top_k, dtype, block_shape, _ = SHAPES[shape]
-    quant = problem.quant
-    quant_dtype = quant.dtype if quant else None
-    int4 = dtype == "int4_w4a16"
     on_gpu = problem.x.is_cuda
 
     def sync():
         if on_gpu:
             torch.cuda.synchronize()
-
-    def weight_args(which, a_scale):
-        """Keywords for GEMM `which` (1: w1, 2: w2) besides the common ones."""
-        if int4:
-            zp = getattr(quant, f"w{which}_zp")
-            return dict(
-                w_scale=getattr(quant, f"w{which}_scale"), w_zp=zp, group_size=quant.group_size
-            )
-        return dict(
-            a_scale=a_scale,
-            w_scale=getattr(quant, f"w{which}_scale") if quant else None,
-            quant_dtype=quant_dtype,
-            block_shape=block_shape,
-        )
 
     configs = configs_for(shape, M)
     sets = token_sets(problem, M, top_k)
@@ -508,10 +517,7 @@ def measure_point(
 
     def alignment(bm, i):
         if (bm, i) not in alignments:
-            sorted_ids, expert_ids, num_post = align_block_size(sets[i][4], bm, E)
-            alignments[bm, i] = dict(
-                sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=num_post
-            )
+            alignments[bm, i] = alignment_of(sets[i][4], bm, E)
         return alignments[bm, i]
 
     # GEMM2's input: the activation of a GEMM1 output (our kernel, first config), per set.
@@ -527,13 +533,10 @@ def measure_point(
             mul_routed_weight=False,
             top_k=top_k,
             config=first,
-            **weight_args(1, a1_scale),
+            **weight_args(problem, 1, a1_scale),
             **alignment(first["BLOCK_SIZE_M"], i),
         )
-        if block_shape is not None:
-            acts.append(silu_and_mul_quant_fp8(gate_up, block_shape[1]))
-        else:
-            acts.append((silu_and_mul(gate_up), None))
+        acts.append(activation(gate_up, block_shape))
 
     def call(kernel, config, i):
         x, a1, a1_scale, weights, ids = sets[i]
@@ -548,7 +551,7 @@ def measure_point(
             mul_routed_weight=False,
             top_k=top_k,
             config=config,
-            **weight_args(1, a1_scale),
+            **weight_args(problem, 1, a1_scale),
             **align,
         )
         kernel(
@@ -559,12 +562,11 @@ def measure_point(
             mul_routed_weight=True,
             top_k=1,
             config=config,
-            **weight_args(2, a2_scale),
+            **weight_args(problem, 2, a2_scale),
             **align,
         )
 
-    x, a1, a1_scale, weights, ids = sets[0]
-    ref1, ref2 = reference(problem, a1, a1_scale, *acts[0], weights, ids)
+    expected = reference(problem, sets[0])
     row = {
         "shape": shape,
         "M": M,
@@ -575,63 +577,81 @@ def measure_point(
         "samples": {},
     }
     graphs = {}
-    for cname, config in configs.items():
-        row["configs"][cname] = label(config)
-        for kname, kernel in kernels.items():
-            key = f"{kname}|{cname}"
-            try:
-                gate_up, down = buffers[0]
-                gate_up.fill_(float("nan"))
-                down.fill_(float("nan"))
-                call(kernel, config, 0)  # compiles; checked below
-                sync()
-                row["errors"][key] = [rel_rms(ref1, gate_up), rel_rms(ref2, down.view(-1, K))]
-                if check_only:
-                    continue
-                for i in range(TOKEN_SETS):
-                    call(kernel, config, i)
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for i in range(TOKEN_SETS):
-                        call(kernel, config, i)
-                graphs[key] = graph
-            except Exception as exc:  # noqa: BLE001 - recorded, the point goes on
-                row["errors"][key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                print(f"  {shape} M={M} {key}: {row['errors'][key]}", flush=True)
-                sync()
-    del ref1, ref2
-    if check_only:
-        row["rounds"] = 0
-        return row
+    try:
+        for cname, config in configs.items():
+            row["configs"][cname] = label(config)
+            for kname, kernel in kernels.items():
+                key = f"{kname}|{cname}"
+                try:
+                    error = layer_error(kernel, problem, config, sets[0], block_shape, expected)
+                    sync()
+                    row["errors"][key] = [error]
+                    if check_only:
+                        continue
+                    pair = GemmPair(lambda i, kernel=kernel, config=config: call(kernel, config, i))
+                    graphs[key] = capture_graph(pair, FIDELITIES["full"])
+                except Exception as exc:  # noqa: BLE001 - recorded, the point goes on
+                    row["errors"][key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    print(f"  {shape} M={M} {key}: {row['errors'][key]}", flush=True)
+                    sync()
+        del expected
+        if check_only:
+            row["rounds"] = 0
+            return row
+        row["rounds"], samples = replay_round_robin(graphs, rounds, budget_s)
+    finally:
+        for graph in graphs.values():
+            graph.close()
+    row["us"] = {key: statistics.median(v) for key, v in samples.items() if v}
+    row["samples"] = samples
+    return row
+
+
+class GemmPair:
+    """One (kernel, config) as a bench of the tuner's harness: slot i runs the GEMM pair on
+    token set i. The inputs stay fixed (`refill` does nothing), so every kernel and config
+    of a point times the same token sets."""
+
+    def __init__(self, call) -> None:
+        self.call = call
+
+    def allocate(self, count: int) -> None:
+        if count > TOKEN_SETS:
+            raise ValueError(f"a graph of {count} calls needs {count} token sets")
+
+    def refill(self) -> None:
+        pass
+
+    def launch(self, slot: int) -> None:
+        self.call(slot)
+
+    def release(self) -> None:
+        pass
+
+
+def replay_round_robin(graphs: dict, rounds: int, budget_s: float) -> tuple[int, dict]:
+    """Replay every captured graph once per round, the order reversed every other round,
+    at least `rounds` rounds (up to 3x while a quarter of `budget_s` lasts, never past it).
+    Returns (rounds done, per-call us samples per key)."""
+    import torch
+
     order = list(graphs)
     samples = {key: [] for key in order}
     for graph in graphs.values():  # warm-up
-        graph.replay()
+        graph.replay(timed=False)
     torch.cuda.synchronize()
     start = time.perf_counter()
     done = 0
     while done < rounds or (done < 3 * rounds and time.perf_counter() - start < budget_s / 4):
         keys = order if done % 2 == 0 else order[::-1]
-        events = []
-        for key in keys:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            graphs[key].replay()
-            end.record()
-            events.append((key, begin, end))
+        events = [(key, graphs[key].replay()) for key in keys]
         torch.cuda.synchronize()
-        for key, begin, end in events:
-            samples[key].append(begin.elapsed_time(end) * 1e3 / TOKEN_SETS)
+        for key, timed in events:
+            samples[key].append(graphs[key].per_call_us(timed))
         done += 1
         if time.perf_counter() - start > budget_s:
             break
-    row["rounds"] = done
-    row["us"] = {key: statistics.median(v) for key, v in samples.items() if v}
-    row["samples"] = samples
-    for graph in graphs.values():
-        graph.reset()
-    return row
+    return done, samples
 
 
 # %% Report --------------------------------------------------------------------------------
@@ -645,19 +665,20 @@ def markdown(rows: list[dict], machine: dict, notes: list[str]) -> str:
         "",
         f"{machine}",
         "",
-        "p50 us per call (GEMM1 + GEMM2), CUDA graph of 10 token sets, round-robin replays.",
-        "`ratio` = kernel / vLLM's kernel with the same config (> 1: slower). `err` = worst",
-        "relative RMS error of the point's outputs against the float32 reference.",
+        "p50 us per call (GEMM1 + GEMM2), CUDA graphs of the tuner's harness over up to 10",
+        "token sets, round-robin replays. `ratio` = kernel / vLLM's kernel with the same config",
+        "(> 1: slower). `err` = worst relative RMS error of the point's layer outputs against",
+        "the float32 reference (`naive_fused_experts`).",
         "",
         *[f"- {n}" for n in notes],
         "",
-        "| shape | M | config | BM/BN/BK/G/w/s | vllm us | moetune us | before us | moetune/vllm | before/vllm | rounds | err |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| shape | M | config | BM/BN/BK/G/w/s | vllm us | moetune us | moetune/vllm | rounds | err |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         for cname, text in row["configs"].items():
-            us = {k: row["us"].get(f"{k}|{cname}") for k in ("vllm", "moetune", "before")}
-            errs = [row["errors"].get(f"{k}|{cname}") for k in ("vllm", "moetune", "before")]
+            us = {k: row["us"].get(f"{k}|{cname}") for k in ("vllm", "moetune")}
+            errs = [row["errors"].get(f"{k}|{cname}") for k in ("vllm", "moetune")]
             worst = max((max(e) for e in errs if isinstance(e, list)), default=None)
             failed = any(isinstance(e, str) for e in errs)
 
@@ -669,8 +690,7 @@ def markdown(rows: list[dict], machine: dict, notes: list[str]) -> str:
 
             lines.append(
                 f"| {row['shape']} | {row['M']} | {cname} | {text} | {fmt(us['vllm'])} | "
-                f"{fmt(us['moetune'])} | {fmt(us['before'])} | {ratio(us['moetune'], us['vllm'])} | "
-                f"{ratio(us['before'], us['vllm'])} | {row['rounds']} | "
+                f"{fmt(us['moetune'])} | {ratio(us['moetune'], us['vllm'])} | {row['rounds']} | "
                 f"{'fail' if failed else ('-' if worst is None else f'{worst:.1e}')} |"
             )
     return "\n".join(lines) + "\n"

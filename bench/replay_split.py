@@ -320,14 +320,14 @@ def totals_table(reports: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-RESULTS = Path(__file__).resolve().parent / "results" / "h200-2026-12-01"
+RESULTS = Path(__file__).resolve().parent / "results" / "2026-12-01-h200-session"
 # The recorded H200 split tunes: store, and the summaries of the runs that filled it.
 RECORDED = {
-    "issue8 qwen": ("issue8/qwen.measurements.jsonl.gz", ("qwen-big", "qwen-small")),
-    "issue8 dsv3": ("issue8/dsv3.measurements.jsonl.gz", ("dsv3-big", "dsv3-small")),
-    "issue8 e256": ("issue8/e256.measurements.jsonl.gz", ("e256-big", "e256-small")),
-    "issue8 qwen-routing": ("issue8/qwen-routing.measurements.jsonl.gz", ("qwen-routing",)),
-    "issue8 q35": ("issue8/q35.measurements.jsonl.gz", ("q35-big",)),
+    "split-pair qwen": ("split-pair/qwen.measurements.jsonl.gz", ("qwen-big", "qwen-small")),
+    "split-pair dsv3": ("split-pair/dsv3.measurements.jsonl.gz", ("dsv3-big", "dsv3-small")),
+    "split-pair e256": ("split-pair/e256.measurements.jsonl.gz", ("e256-big", "e256-small")),
+    "split-pair qwen-routing": ("split-pair/qwen-routing.measurements.jsonl.gz", ("qwen-routing",)),
+    "split-pair q35": ("split-pair/q35.measurements.jsonl.gz", ("q35-big",)),
     "int8-sglang": (
         "quant/full-tunes/int8-sglang/measurements.jsonl.gz",
         ("quant/full-tunes/int8-sglang/int8",),

@@ -21,19 +21,19 @@ int equal to 1 and None become constexprs, multiples of 16 get divisibility 16);
 runtime arguments of the two launches must specialize alike. `--path` picks the
 quantization (bf16, fp16, fp8-tensor, fp8-channel, fp8-block, int8-channel, int8-w8a16,
 or all), `--down` the down GEMM (routed weights, top_k 1); configs are
-BM/BN/BK/GROUP_M/warps/stages. Results: bench/results/sass-vllm033-2026-12-02/.
+BM/BN/BK/GROUP_M/warps/stages. Results: bench/results/2026-12-02-sass-vllm033/.
 
     PYTHONPATH=/tmp/t36:$PWD python bench/sass_loop.py --path fp8-block --M 256 \
         --vllm-ref /work/engines/src/vllm/model_executor/layers/fused_moe/fused_moe.py \
         --configs 16/128/128/16/4/3,64/128/128/16/4/3
 
 With ``--int4 M`` it compiles the int4 w4a16 kernels instead (moetune's
-``fused_moe_wna16_kernel``, f4d2565's copy in bench/parity_baseline/ and, with
-``--vllm-ref``, vLLM's ``fused_moe_kernel_gptq_awq`` saved to a file, see bench/parity.py)
+``fused_moe_wna16_kernel`` and, with ``--vllm-ref``, vLLM's ``fused_moe_kernel_gptq_awq``
+saved to a file, see bench/parity.py)
 at Qwen3-30B-A3B int4's shape (E=128, N=768, K=2048, group 128; up GEMM top_k 8,
 ``--down`` top_k 1 with routed weights), every argument specialized as the launchers
 pass it for batch size M; it adds the loop's memory instructions. Results:
-bench/results/sass-int4-2026-12-01/.
+bench/results/2026-12-01-sass-int4/.
 
     python bench/sass_loop.py --int4 256 --down --vllm-ref .vllm_ref/fused_moe_kernel_gptq_awq.py \
         --configs 64/32/128/16/4/3,16/32/256/16/4/4
@@ -464,13 +464,7 @@ def compare_launches(kernels: dict, path: str, config: dict, text: str, *, M: in
 
 def main_int4(args, parity, triton) -> int:
     here = Path(__file__).resolve().parents[1] / "moetune" / "kernel" / "fused_moe_wna16_kernel.py"
-    kernels = {
-        "moetune": parity.load_module(here, "moetune_wna16_here").fused_moe_wna16_kernel,
-        "before": parity.load_module(
-            BENCH_DIR / "parity_baseline" / "fused_moe_wna16_kernel_f4d2565.py",
-            "moetune_wna16_f4d2565",
-        ).fused_moe_wna16_kernel,
-    }
+    kernels = {"moetune": parity.load_module(here, "moetune_wna16_here").fused_moe_wna16_kernel}
     if args.vllm_ref and Path(args.vllm_ref).exists():
         kernels["vllm"] = parity.load_vllm_kernel(Path(args.vllm_ref), "fused_moe_kernel_gptq_awq")
     gemm = "down" if args.down else "up"
@@ -492,9 +486,8 @@ def main_int4(args, parity, triton) -> int:
             opcodes[name] = result.pop("_opcodes")
             print(f"{text:>18} {name:>8}: {result}", flush=True)
         if "vllm" in opcodes:
-            for name in ("moetune", "before"):
-                same = opcodes[name] == opcodes["vllm"]
-                print(f"{text:>18} {name:>8}: whole SASS identical to vllm's: {same}")
+            same = opcodes["moetune"] == opcodes["vllm"]
+            print(f"{text:>18}  moetune: whole SASS identical to vllm's: {same}")
     return 0
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 SEGMENT_GAP_S = 30.0
-RESULTS = ROOT / "results" / "h200-2026-12-01"
-# The recorded H200 stores with up/down/pair rows (issue 8's runs, the int8_w8a8 SGLang tune).
+RESULTS = ROOT / "results" / "2026-12-01-h200-session"
+# The recorded H200 stores with up/down/pair rows (the split-pair runs, the int8_w8a8 SGLang tune).
 RECORDED = (
-    *sorted((RESULTS / "issue8").glob("*.measurements.jsonl.gz")),
+    *sorted((RESULTS / "split-pair").glob("*.measurements.jsonl.gz")),
     RESULTS / "quant" / "full-tunes" / "int8-sglang" / "measurements.jsonl.gz",
 )
 GROUPS = {"whole": "whole", "up": "lone", "down": "lone", "pair": "pair"}

@@ -1,11 +1,11 @@
-"""Render the results of bench/tune_h200.sh as Markdown.
+"""Render the results of bench/results/2026-11-30-tune/recipe.sh as Markdown.
 
     python bench/tune_report.py WORK_DIR > bench/results/tune-h200.md
 
 WORK_DIR holds what the script packed: machine.txt, steps.txt, <model>-tune.json
 (`moetune tune --json`), <model>-bench.json (`moetune benchmark --json`, with
 the engine fallbacks, our file and vLLM's published file) and search/search.json
-(or search.json, as kept in bench/results/tune-h200/).
+(or search.json, as kept in bench/results/2026-11-30-tune/).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def model_section(work: Path, stem: str, title: str) -> list[str]:
         side, versus = "-", "-"
         if m in bench_rows and len(names) >= 3:
             # first column: vLLM's fallback (older results: the default config); last two:
-            # our file and vLLM's published file, the --config order of tune_h200.sh
+            # our file and vLLM's published file, the --config order of the recipe
             picked = [names[0], names[-2], names[-1]]
             values = [bench_rows[m][name]["latency_us"] for name in picked]
             side = " / ".join(_us(v) for v in values)
@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
     lines += search_section(work)
     steps = work / "steps.txt"
     if steps.exists():
-        lines += ["## Steps (bench/tune_h200.sh)", "", "```", steps.read_text().strip(), "```", ""]
+        lines += ["## Steps (recipe.sh)", "", "```", steps.read_text().strip(), "```", ""]
     sys.stdout.write("\n".join(lines))
     return 0
 

@@ -24,7 +24,7 @@ weight) and is launched as vLLM launches it (`invoke_fused_moe_gemm`). For bf16/
 fp8_w8a8 per tensor, per channel and block [128, 128], int8_w8a8 per channel and
 int8_w8a16, with and without SWAP_AB and the naive assignment, it compiles to vLLM's
 SASS instruction for instruction (``bench/sass_loop.py``, sm_90a, Triton 3.6 and 3.9:
-bench/results/sass-vllm033-2026-12-02/). vLLM's launch semantics:
+bench/results/2026-12-02-sass-vllm033/). vLLM's launch semantics:
 
 - naive assignment (``sorted_token_ids`` None, ``NAIVE_BLOCK_ASSIGNMENT``): no
   alignment; block ``i`` is slot ``i`` (row 0 of the block, the other rows padding),

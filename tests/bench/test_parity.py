@@ -1,4 +1,4 @@
-"""bench/parity.py's CPU-checkable parts: kernel loading, the float32 reference, the CPU exit."""
+"""bench/parity.py's CPU-checkable parts: kernel loading, the layer check, the CPU exit."""
 
 import importlib.util
 import json
@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from moetune.kernel.activation import silu_and_mul
-from moetune.kernel.align import align_block_size
 from moetune.kernel.problem import make_problem
 
 PARITY = Path(__file__).resolve().parents[2] / "bench" / "parity.py"
@@ -29,53 +27,31 @@ def parity():
 
 def test_missing_vllm_source_is_skipped_and_said(parity, tmp_path):
     kernels, notes = parity.load_kernels(str(tmp_path / "absent.py"))
-    assert sorted(kernels) == ["before", "moetune"]
+    assert sorted(kernels) == ["moetune"]
     assert len(notes) == 1 and "vllm kernel skipped" in notes[0]
 
 
-def test_both_moetune_kernels_match_the_reference(parity):
-    """The reference and the two kernels agree: what the GPU run's error check relies on."""
-    M, E, N, K, top_k = 5, 4, 32, 64, 2
-    problem = make_problem(M * parity.TOKEN_SETS, E, N, K, top_k, "fp16", device="cpu", seed=2)
-    kernels, _ = parity.load_kernels(None)
-    _, a1, a1_scale, weights, ids = parity.token_sets(problem, M, top_k)[3]
-    alignment = dict(
-        zip(
-            ("sorted_token_ids", "expert_ids", "num_tokens_post_padded"),
-            align_block_size(ids, CONFIG["BLOCK_SIZE_M"], E),
-            strict=True,
-        )
+@pytest.mark.parametrize("dtype, block_shape", [("fp16", None), ("fp8_w8a8", (128, 128))])
+def test_the_layer_check_passes_moetunes_kernel_and_catches_a_wrong_one(parity, dtype, block_shape):
+    """What the GPU run's error check relies on: moetune's two GEMMs, glued as fused_moe
+    glues them, match naive_fused_experts; a kernel that drops the routed weight does not."""
+    M, E, N, K, top_k = 5, 4, 32, 128, 2
+    problem = make_problem(
+        M * parity.TOKEN_SETS, E, N, K, top_k, dtype, block_shape, device="cpu", seed=2
     )
-    common = dict(config=CONFIG, quant_dtype=None, block_shape=None, **alignment)
-    for name in ("moetune", "before"):
-        gate_up = torch.full((M * top_k, 2 * N), float("nan"), dtype=torch.float16)
-        kernels[name](
-            a1,
-            problem.w1,
-            gate_up,
-            a_scale=None,
-            w_scale=None,
-            topk_weights=None,
-            mul_routed_weight=False,
-            top_k=top_k,
-            **common,
-        )
-        act = silu_and_mul(gate_up)
-        down = torch.full((M, top_k, K), float("nan"), dtype=torch.float16)
-        kernels[name](
-            act,
-            problem.w2,
-            down,
-            a_scale=None,
-            w_scale=None,
-            topk_weights=weights,
-            mul_routed_weight=True,
-            top_k=1,
-            **common,
-        )
-        ref1, ref2 = parity.reference(problem, a1, a1_scale, act, None, weights, ids)
-        assert parity.rel_rms(ref1, gate_up) < 1e-3, name
-        assert parity.rel_rms(ref2, down.view(-1, K)) < 1e-3, name
+    kernels, _ = parity.load_kernels(None)
+    token_set = parity.token_sets(problem, M, top_k)[3]
+    expected = parity.reference(problem, token_set)
+    error = parity.layer_error(
+        kernels["moetune"], problem, CONFIG, token_set, block_shape, expected
+    )
+    assert error < (3e-2 if block_shape else 1e-3)
+
+    def unweighted(*args, **kwargs):
+        return kernels["moetune"](*args, **{**kwargs, "mul_routed_weight": False})
+
+    wrong = parity.layer_error(unweighted, problem, CONFIG, token_set, block_shape, expected)
+    assert wrong > 0.1
 
 
 def test_configs_add_vllms_published_entry_once(parity):
@@ -104,8 +80,8 @@ def test_int4_kernels_load_with_vllms_or_say_why_not(parity, tmp_path):
     assert sorted(kernels) == ["moetune", "vllm"] and notes == []
 
 
-def int4_gemm1_error(parity, launcher, M=3):
-    """GEMM1 of the tiny int4 shape through `launcher`, relative RMS error vs float32."""
+def int4_layer_error(parity, launcher, M=3):
+    """The tiny int4 shape's layer through `launcher`, relative RMS error vs float32."""
     E, N, K, top_k, *_ = parity.SHAPES["tiny-int4"]
     group = parity.GROUP_SIZES["tiny-int4"]
     problem = parity.half_precision(
@@ -113,40 +89,23 @@ def int4_gemm1_error(parity, launcher, M=3):
             M * parity.TOKEN_SETS, E, N, K, top_k, "int4_w4a16", device="cpu", group_size=group
         )
     )
-    _, a1, _, weights, ids = parity.token_sets(problem, M, top_k)[1]
+    token_set = parity.token_sets(problem, M, top_k)[1]
     config = parity.TINY_INT4_CONFIGS["n32k64"]
-    sorted_ids, expert_ids, num_post = align_block_size(ids, config["BLOCK_SIZE_M"], E)
-    gate_up = torch.full((M * top_k, 2 * N), float("nan"), dtype=torch.float16)
-    launcher(
-        a1,
-        problem.w1,
-        gate_up,
-        w_scale=problem.quant.w1_scale,
-        w_zp=None,
-        group_size=group,
-        topk_weights=None,
-        sorted_token_ids=sorted_ids,
-        expert_ids=expert_ids,
-        num_tokens_post_padded=num_post,
-        mul_routed_weight=False,
-        top_k=top_k,
-        config=config,
-    )
-    ref1, _ = parity.reference(problem, a1, None, silu_and_mul(gate_up), None, weights, ids)
-    return parity.rel_rms(ref1, gate_up)
+    expected = parity.reference(problem, token_set)
+    return parity.layer_error(launcher, problem, config, token_set, None, expected)
 
 
 def test_int4_vllm_launcher_passes_vllms_argument_order(parity):
     """The launcher feeds vLLM's parameter list right; the wrong stride order is caught."""
     right = parity.load_vllm_kernel(STANDIN, "fused_moe_kernel_gptq_awq")
     wrong = parity.load_vllm_kernel(STANDIN, "swapped_strides")
-    assert int4_gemm1_error(parity, parity.vllm_wna16_launcher(right)) < 1e-3
-    assert int4_gemm1_error(parity, parity.vllm_wna16_launcher(wrong)) > 0.1
+    assert int4_layer_error(parity, parity.vllm_wna16_launcher(right)) < 1e-3
+    assert int4_layer_error(parity, parity.vllm_wna16_launcher(wrong)) > 0.1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU (interpreter) path of --check-only")
 def test_int4_check_only_runs_on_the_cpu(parity, tmp_path):
-    """bench/parity.py's int4 mode end to end on a tiny shape: both GEMMs, both kernels."""
+    """bench/parity.py's int4 mode end to end on a tiny shape: both kernels' layers checked."""
     out = tmp_path / "out"
     args = ["--shapes", "tiny-int4", "--batch-sizes", "3,20", "--check-only", "--out", str(out)]
     assert parity.main([*args, "--vllm-ref", str(STANDIN)]) == 0
@@ -157,10 +116,74 @@ def test_int4_check_only_runs_on_the_cpu(parity, tmp_path):
             f"{k}|{c}" for k in ("vllm", "moetune") for c in parity.TINY_INT4_CONFIGS
         )
         for errors in row["errors"].values():
-            assert isinstance(errors, list) and max(errors) < 1e-3, row["errors"]
+            assert isinstance(errors, list) and len(errors) == 1 and errors[0] < 1e-3, row["errors"]
     assert "| tiny-int4 | 20 | n64k32 |" in (out / "parity.md").read_text()
 
 
 def test_unknown_shape_is_a_one_line_error(parity, capsys):
     assert parity.main(["--shapes", "nope", "--out", "/nonexistent/never-written"]) == 1
     assert capsys.readouterr().err.strip().startswith("Error: unknown shape(s) nope; known:")
+
+
+class _FakeDevice:
+    """Just enough of torch.cuda for the timed path on the CPU: every eager call takes
+    `eager_ms` (so a graph holds one call), graphs replay nothing and count their replays."""
+
+    def __init__(self, eager_ms: float):
+        self.eager_ms, self.replays, self.reset = eager_ms, [], 0
+        device = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                pass
+
+            def record(self):
+                pass
+
+            def elapsed_time(self, other):
+                return device.eager_ms
+
+        class Graph:
+            def replay(self):
+                device.replays.append(self)
+
+            def reset(self):
+                device.reset += 1
+
+        self.Event, self.CUDAGraph = Event, Graph
+
+    def install(self, monkeypatch):
+        import contextlib
+
+        monkeypatch.setattr(torch.cuda, "Event", self.Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", self.CUDAGraph)
+        monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a fake device stands in for the GPU")
+def test_the_timed_path_replays_every_graph_round_robin(parity, monkeypatch):
+    """measure_point's timing on a fake device: one graph per (kernel, config), captured by
+    the tuner's harness, replayed once per round (up to 3x `rounds` while a quarter of the
+    budget lasts), all closed at the end."""
+    device = _FakeDevice(eager_ms=5.0)
+    device.install(monkeypatch)
+    E, N, K, top_k, *_ = parity.SHAPES["tiny-int4"]
+    problem = parity.half_precision(
+        make_problem(
+            3 * parity.TOKEN_SETS, E, N, K, top_k, "int4_w4a16", device="cpu", group_size=32
+        )
+    )
+    kernels, _ = parity.load_kernels(None, "int4_w4a16")
+    row = parity.measure_point("tiny-int4", 3, problem, kernels, rounds=4, budget_s=600.0)
+    keys = sorted(f"moetune|{c}" for c in parity.TINY_INT4_CONFIGS)
+    assert sorted(row["us"]) == keys and row["rounds"] == 12  # replays here take no time
+    assert all(len(samples) == 12 for samples in row["samples"].values())
+    # 2 graphs: one warm-up replay each, then one replay each per round, the order reversed
+    # every other round; every graph reset.
+    assert len(device.replays) == 2 * (1 + 12) and len(set(device.replays)) == 2
+    rounds = [device.replays[2 + 2 * r : 4 + 2 * r] for r in range(12)]
+    assert all(rounds[r + 1] == rounds[r][::-1] for r in range(11))
+    assert device.reset == 2
+    assert all(row["us"][key] == pytest.approx(5000.0) for key in keys)  # 5 ms, 1 call per graph
+    assert all(isinstance(e, list) and e[0] < 1e-3 for e in row["errors"].values())

@@ -1,7 +1,7 @@
 """The fast split search replayed on the recorded H200 split tunes (bench/replay_split.py).
 
 The recorded runs did the old split search (each GEMM searched as widely as the
-whole call; exhaustive over issue 8's 20-config spaces). The replay answers
+whole call; exhaustive over the split-pair runs' 20-config spaces). The replay answers
 every timing the fast search asks for from the stores, so these tests check its
 pruning and stopping rules against real timings, without a GPU.
 """
@@ -30,14 +30,14 @@ replay_split = load("replay_split")
 
 @pytest.fixture(scope="module")
 def replays():
-    names = ("issue8 qwen", "issue8 dsv3", "int8-sglang")
+    names = ("split-pair qwen", "split-pair dsv3", "int8-sglang")
     return {name: replay_split.replay(*replay_split.recorded(name)) for name in names}
 
 
 def test_fast_split_search_needs_a_fraction_of_the_lone_timings(replays):
-    # issue 8 searched 20-config spaces whole; the int8 tune searched the default grid.
-    assert replays["issue8 qwen"]["new_lone"] <= 0.35 * replays["issue8 qwen"]["old_lone"]
-    assert replays["issue8 dsv3"]["new_lone"] <= 0.4 * replays["issue8 dsv3"]["old_lone"]
+    # The split-pair runs searched 20-config spaces whole; the int8 tune searched the default grid.
+    assert replays["split-pair qwen"]["new_lone"] <= 0.35 * replays["split-pair qwen"]["old_lone"]
+    assert replays["split-pair dsv3"]["new_lone"] <= 0.4 * replays["split-pair dsv3"]["old_lone"]
     int8 = replays["int8-sglang"]
     assert int8["old_lone"] == 5778
     assert int8["new_lone"] <= 0.1 * int8["old_lone"]
@@ -53,8 +53,8 @@ def test_fast_split_search_writes_what_the_old_one_wrote_within_noise(replays):
                 assert row["new_vs_old"] <= 0.015, (name, row["batch_size"], row["new_vs_old"])
             else:  # a pair the store never timed as a whole call: compared alone
                 assert row["lone_vs_old"] <= 0.025, (name, row["batch_size"], row["lone_vs_old"])
-    assert replays["issue8 qwen"]["same_pair"] >= 15
-    assert replays["issue8 dsv3"]["same_pair"] >= 17
+    assert replays["split-pair qwen"]["same_pair"] >= 15
+    assert replays["split-pair dsv3"]["same_pair"] >= 17
     assert replays["int8-sglang"]["same_pair"] >= 11
 
 
@@ -97,7 +97,7 @@ def test_tma_ruled_out_by_the_shape_is_never_timed(replays):
     # int8_w8a8: SGLang runs no TMA; the old search timed one probe to learn it.
     assert replays["int8-sglang"]["tma_asked"] == 0
     assert any("not int8_w8a8" in note for note in replays["int8-sglang"]["notes"])
-    assert replays["issue8 dsv3"]["tma_asked"] > 0  # block fp8: TMA searched
+    assert replays["split-pair dsv3"]["tma_asked"] > 0  # block fp8: TMA searched
 
 
 def test_the_command_line_prints_the_table(capsys):

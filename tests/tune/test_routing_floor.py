@@ -98,7 +98,7 @@ def test_timed_windows_follow_the_harness_schedule():
 
 
 class _FakeCuda:
-    """Just enough of torch.cuda for `_time_cuda_graph` to run its schedule on the CPU:
+    """Just enough of torch.cuda for `time_graph` to run its schedule on the CPU:
     events with a set eager time (it picks the graph size), graphs that record the
     routing slots each replay reads, and which replays were between timing events."""
 
@@ -139,7 +139,8 @@ def test_experts_hit_matches_a_brute_force_count_over_the_timers_draws(
     tmp_path, monkeypatch, eager_us, calls
 ):
     from moetune.kernel.problem import make_problem
-    from moetune.tune.measure.probe_timing import _Bench, _time_cuda_graph
+    from moetune.tune.measure.probe_timing import _Bench
+    from moetune.tune.measure.timing import time_graph
 
     path = tmp_path / "skewed.npy"
     np.save(path, zipf_rows(700, 1.1, seed=5))
@@ -151,7 +152,7 @@ def test_experts_hit_matches_a_brute_force_count_over_the_timers_draws(
     monkeypatch.setattr(bench, "launch", lambda i: None)  # the schedule, not the kernel
     fake = _FakeCuda(bench, eager_us / 1000.0)
     fake.install(monkeypatch)
-    timing = _time_cuda_graph(bench, fidelity_of("full"))
+    timing = time_graph(bench, fidelity_of("full"))
     assert timing.calls_per_replay == calls
     assert len(fake.timed) == fidelity_of("full").replays
     # Brute force: distinct experts of every slot of every timed replay, mean per replay,

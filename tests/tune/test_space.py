@@ -336,7 +336,7 @@ def test_shared_memory_bound_holds_for_moetunes_kernel_compiled_for_hopper_now()
         assert compiled <= bound + 8192  # fp8 block scales add a little
 
 
-H200_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "tune-h200"
+H200_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-11-30-tune"
 
 
 @pytest.mark.parametrize(
@@ -344,7 +344,7 @@ H200_RUN = Path(__file__).resolve().parents[2] / "bench" / "results" / "tune-h20
     [("qwen3-30b-tp1", QWEN3_30B), ("mixtral-8x7b-tp2", MIXTRAL_TP2)],
 )
 def test_pruning_against_the_h200_run(store, problem):
-    """Real results (bench/results/tune-h200, Triton 3.6): the shared-memory rule keeps every
+    """Real results (bench/results/2026-11-30-tune, Triton 3.6): the shared-memory rule keeps every
     candidate that ran and removes every one that hit OutOfResources."""
     import gzip
 

@@ -1,5 +1,6 @@
 """The timing harness: percentiles, the CPU fallback, and (on a GPU) CUDA-graph timing."""
 
+import contextlib
 import os
 
 import pytest
@@ -56,3 +57,92 @@ def test_cuda_graph_timing_is_stable_and_excludes_compile():
     assert second.compile_s < first.compile_s
     assert second.median_us == pytest.approx(first.median_us, rel=0.25)
     assert first.median_us * 1e-6 < first.compile_s
+
+
+class _GraphRecorder:
+    """Just enough of torch.cuda for the graph path to run on the CPU: eager calls take
+    `eager_ms`; a graph remembers the logits its captured calls read, and each replay
+    records what they hold then, and whether it ran between two timing events."""
+
+    def __init__(self, eager_ms: float):
+        self.eager_ms = eager_ms
+        self.capturing = self.armed = self.was_reset = False
+        self.eager, self.captured, self.replays = [], [], []
+        recorder = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                pass
+
+            def record(self):
+                recorder.armed = not recorder.armed  # begin arms, end disarms
+
+            def elapsed_time(self, other):
+                return recorder.eager_ms
+
+        class Graph:
+            def replay(self):
+                snapshot = [logits.clone() for logits in recorder.captured]
+                recorder.replays.append((recorder.armed, snapshot))
+
+            def reset(self):
+                recorder.was_reset = True
+
+        @contextlib.contextmanager
+        def graph(_):
+            recorder.capturing = True
+            yield
+            recorder.capturing = False
+
+        self.Event, self.CUDAGraph, self.graph = Event, Graph, graph
+
+    def call(self, problem, config, logits):
+        (self.captured if self.capturing else self.eager).append(logits)
+
+    def install(self, monkeypatch):
+        import torch
+
+        from moetune.tune.measure import timing
+
+        monkeypatch.setattr(torch.cuda, "Event", self.Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", self.CUDAGraph)
+        monkeypatch.setattr(torch.cuda, "graph", self.graph)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+        monkeypatch.setattr(timing, "_call", self.call)
+
+
+@pytest.mark.parametrize("eager_us, calls", [(150.0, 10), (700.0, 3), (5000.0, 1)])
+def test_graph_path_schedule(monkeypatch, eager_us, calls):
+    """The CUDA-graph path on a fake device: compile and sizing calls on the problem's own
+    logits (left as they were), a graph of `calls` calls on buffers of their own, new
+    logits before every replay, warm-up replays untimed, the graph reset at the end."""
+    from moetune.kernel.problem import make_problem
+    from moetune.tune.measure import timing
+
+    recorder = _GraphRecorder(eager_us / 1000.0)
+    recorder.install(monkeypatch)
+    problem = make_problem(4, 8, 32, 64, 2, "bf16", device="cpu")
+    logits_before = problem.router_logits.clone()
+    monkeypatch.setattr(type(problem.x), "is_cuda", property(lambda self: True))  # x says "GPU"
+    level = FIDELITIES["full"]
+    result = timing.time_fused_moe(problem, CONFIG, "full")
+
+    assert [logits is problem.router_logits for logits in recorder.eager] == [True, True]
+    assert torch_equal(problem.router_logits, logits_before)
+    assert len(recorder.captured) == calls == result.calls_per_replay
+    assert all(logits.shape == problem.router_logits.shape for logits in recorder.captured)
+    assert len({logits.data_ptr() for logits in recorder.captured}) == calls
+    assert [armed for armed, _ in recorder.replays] == [False] * level.warmup + [True] * (
+        level.replays
+    )
+    snapshots = [snapshot for _, snapshot in recorder.replays]
+    for before, after in zip(snapshots, snapshots[1:], strict=False):
+        assert not torch_equal(before[0], after[0])  # new logits before every replay
+    assert result.replays == level.replays and result.median_us == pytest.approx(eager_us / calls)
+    assert recorder.was_reset
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))

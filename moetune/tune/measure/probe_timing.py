@@ -35,14 +35,7 @@ from typing import Any
 
 from moetune.kernel.probe import Probe
 from moetune.tune.measure.routing_dump import RoutingDump, load_routing, random_weights, window
-from moetune.tune.measure.timing import (
-    CPU_CALLS,
-    TARGET_REPLAY_US,
-    Outcome,
-    Timing,
-    fidelity_of,
-    summarize,
-)
+from moetune.tune.measure.timing import Outcome, time_bench
 
 
 class Unsupported(Exception):
@@ -172,6 +165,9 @@ class _Bench:
         if self.kind in ("up", "down"):
             self._gemm_buffers()
 
+    def release(self) -> None:
+        self.slots = []
+
     def refill(self) -> None:
         from moetune.kernel.align import align_block_size
 
@@ -274,70 +270,8 @@ class _Bench:
 
 
 # ---------------------------------------------------------------------------
-# Timing
+# Checking and measuring (timing: `moetune.tune.measure.timing.time_bench`)
 # ---------------------------------------------------------------------------
-
-
-def time_bench(bench: _Bench, fidelity: str) -> Timing:
-    level = fidelity_of(fidelity)
-    if bench.data.x.is_cuda:
-        return _time_cuda_graph(bench, level)
-    bench.allocate(1)
-    start = time.perf_counter()
-    bench.launch(0)
-    compile_s = time.perf_counter() - start
-    samples = []
-    for _ in range(CPU_CALLS[fidelity]):
-        bench.refill()
-        start = time.perf_counter()
-        bench.launch(0)
-        samples.append((time.perf_counter() - start) * 1e6)
-    median, p20, p80 = summarize(samples)
-    return Timing(median, p20, p80, compile_s, len(samples), 1)
-
-
-def _time_cuda_graph(bench: _Bench, level: Any) -> Timing:
-    import torch
-
-    bench.allocate(1)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    bench.launch(0)  # compiles (or loads from Triton's cache)
-    torch.cuda.synchronize()
-    compile_s = time.perf_counter() - start
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    bench.launch(0)
-    end.record()
-    torch.cuda.synchronize()
-    eager_us = begin.elapsed_time(end) * 1000.0
-    calls = max(1, min(level.max_calls_per_graph, round(TARGET_REPLAY_US / max(eager_us, 1.0))))
-
-    bench.allocate(calls)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                bench.launch(i)
-        events = []
-        for replay in range(level.warmup + level.replays):
-            bench.refill()  # next routings, before the start event
-            if replay < level.warmup:
-                graph.replay()
-                continue
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            graph.replay()
-            end.record()
-            events.append((begin, end))
-        torch.cuda.synchronize()
-        samples = [b.elapsed_time(e) * 1000.0 / calls for b, e in events]
-    finally:
-        graph.reset()
-        del graph
-        bench.slots = []
-    median, p20, p80 = summarize(samples)
-    return Timing(median, p20, p80, compile_s, level.replays, calls)
 
 
 def verify_pair(item: Any, data: Any, dtype: str, corrupt: bool = False) -> Any:
@@ -392,7 +326,7 @@ def measure_probe(
 
                 torch.cuda.synchronize()
             return Outcome(item, "ok", compile_s=time.perf_counter() - start)
-        timing = time_bench(bench, mode)
+        timing = time_bench(bench, mode, data.x.is_cuda)
     except Unsupported as exc:
         return Outcome(item, "unsupported", error=str(exc))
     return Outcome(item, "ok", timing.median_us, timing.p20_us, timing.p80_us, timing.compile_s)

@@ -8,6 +8,11 @@ region; each replay is timed with CUDA events and divided by the calls in the
 graph. The first call, which compiles the Triton kernels, is timed separately
 (`compile_s`) and never enters the latency; warm-up replays are dropped.
 
+The graph loop itself (`time_graph`, `capture_graph`) takes any `Bench`: slots of
+inputs, refilled in place before every replay, one launch per slot. The whole call
+is one such bench; `moetune.tune.measure.probe_timing` times lone GEMMs and split
+pairs through it, and bench/kernel.py and bench/parity.py their variants.
+
 Without CUDA (CI, ``TRITON_INTERPRET=1``) the same function falls back to
 wall-clock timing of a few eager calls, so the whole tuning pipeline runs on a
 CPU; those numbers only rank candidates for tests, they mean nothing else.
@@ -18,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from moetune.roofline import Ceilings  # noqa: F401 - re-exported, the workers' reply type
 
@@ -99,51 +104,169 @@ def _call(problem: Any, config: dict, router_logits: Any) -> Any:
     )
 
 
+class _WholeCalls:
+    """`fused_moe` on `problem` with `config`, as a bench of `time_graph`: the compile and
+    sizing calls read the problem's own router logits (never refilled); a graph's calls
+    each read a buffer of their own, redrawn by `refill`."""
+
+    def __init__(self, problem: Any, config: dict) -> None:
+        self.problem, self.config = problem, config
+        self.logits: Any = None
+
+    def allocate(self, count: int) -> None:
+        import torch
+
+        own = self.problem.router_logits
+        if self.logits is None:
+            self.logits = [own]
+            return
+        self.logits = torch.empty((count, *own.shape), dtype=own.dtype, device=own.device)
+        self.refill()
+
+    def refill(self) -> None:
+        self.logits.normal_()
+
+    def launch(self, slot: int) -> Any:
+        return _call(self.problem, self.config, self.logits[slot])
+
+    def release(self) -> None:
+        self.logits = None
+
+
 def _time_cuda_graph(problem: Any, config: dict, level: Fidelity) -> Timing:
+    return time_graph(_WholeCalls(problem, config), level)
+
+
+class Bench(Protocol):
+    """What `time_graph` times: slots of inputs, one launch per slot.
+
+    ``allocate(n)`` gives n slots their inputs; ``refill()`` gives every slot new inputs
+    in place (it runs before each replay, outside the timed region); ``launch(i)`` runs
+    one call on slot i; ``release()`` drops the slots.
+    """
+
+    def allocate(self, count: int) -> None: ...
+
+    def refill(self) -> None: ...
+
+    def launch(self, slot: int) -> Any: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass
+class CapturedGraph:
+    """A CUDA graph of `calls` launches of `bench`, one per slot, ready to replay."""
+
+    bench: Any
+    graph: Any
+    calls: int
+    compile_s: float
+
+    def replay(self, timed: bool = True) -> tuple[Any, Any] | None:
+        """New inputs (outside the timed region), then one replay; its two events if timed."""
+        import torch
+
+        self.bench.refill()
+        if not timed:
+            self.graph.replay()
+            return None
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        self.graph.replay()
+        end.record()
+        return begin, end
+
+    def per_call_us(self, events: tuple[Any, Any]) -> float:
+        """Microseconds per call of one timed replay (after a synchronize)."""
+        begin, end = events
+        return begin.elapsed_time(end) * 1000.0 / self.calls
+
+    def close(self) -> None:
+        """Free the graph's private memory pool and the bench's slots."""
+        self.graph.reset()
+        self.bench.release()
+
+
+def capture_graph(bench: Bench, level: Fidelity) -> CapturedGraph:
+    """Compile (timed apart), size the graph from one eager call, capture it.
+
+    One slot serves the compile call and the eager call; the graph then holds as many
+    calls (slots) as last about `TARGET_REPLAY_US`, at most ``level.max_calls_per_graph``.
+    """
     import torch
 
-    logits = problem.router_logits
+    bench.allocate(1)
     torch.cuda.synchronize()
     start = time.perf_counter()
-    _call(problem, config, logits)  # compiles the kernels (or loads them from Triton's cache)
+    bench.launch(0)  # compiles the kernels (or loads them from Triton's cache)
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - start
 
     # One eager call, timed, to size the graph.
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
-    _call(problem, config, logits)
+    bench.launch(0)
     end.record()
     torch.cuda.synchronize()
     eager_us = begin.elapsed_time(end) * 1000.0
     calls = max(1, min(level.max_calls_per_graph, round(TARGET_REPLAY_US / max(eager_us, 1.0))))
 
-    buffers = torch.empty((calls, *logits.shape), dtype=logits.dtype, device=logits.device)
-    buffers.normal_()
+    bench.allocate(calls)
     graph = torch.cuda.CUDAGraph()
+    captured = CapturedGraph(bench, graph, calls, compile_s)
     try:
         with torch.cuda.graph(graph):
             for i in range(calls):
-                _call(problem, config, buffers[i])
+                bench.launch(i)
+    except BaseException:
+        captured.close()
+        raise
+    return captured
+
+
+def time_graph(bench: Bench, level: Fidelity) -> Timing:
+    """The harness: `capture_graph`, then ``level.warmup`` untimed and ``level.replays``
+    timed replays, each after a `refill`; per-call latency of the timed ones."""
+    import torch
+
+    captured = capture_graph(bench, level)
+    try:
         events = []
         for replay in range(level.warmup + level.replays):
-            buffers.normal_()  # fresh routing, before the start event
-            if replay < level.warmup:
-                graph.replay()
-                continue
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            graph.replay()
-            end.record()
-            events.append((begin, end))
+            timed = captured.replay(timed=replay >= level.warmup)
+            if timed is not None:
+                events.append(timed)
         torch.cuda.synchronize()
-        samples = [b.elapsed_time(e) * 1000.0 / calls for b, e in events]
+        samples = [captured.per_call_us(timed) for timed in events]
     finally:
         # Graphs hold private memory pools; drop them now so memory stays flat.
-        graph.reset()
-        del graph, buffers
+        captured.close()
     median, p20, p80 = summarize(samples)
-    return Timing(median, p20, p80, compile_s, level.replays, calls)
+    return Timing(median, p20, p80, captured.compile_s, level.replays, captured.calls)
+
+
+def time_bench(bench: Bench, fidelity: str, on_gpu: bool) -> Timing:
+    """`time_graph` on a GPU; without one, `CPU_CALLS` eager launches of slot 0, each after
+    a `refill`, wall clock (the first launch, which compiles, timed apart)."""
+    level = fidelity_of(fidelity)
+    if on_gpu:
+        return time_graph(bench, level)
+    bench.allocate(1)
+    try:
+        start = time.perf_counter()
+        bench.launch(0)
+        compile_s = time.perf_counter() - start
+        samples = []
+        for _ in range(CPU_CALLS[fidelity]):
+            bench.refill()
+            start = time.perf_counter()
+            bench.launch(0)
+            samples.append((time.perf_counter() - start) * 1e6)
+    finally:
+        bench.release()
+    median, p20, p80 = summarize(samples)
+    return Timing(median, p20, p80, compile_s, len(samples), 1)
 
 
 def _time_wall_clock(problem: Any, config: dict, fidelity: str) -> Timing:
