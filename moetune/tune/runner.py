@@ -4,7 +4,9 @@ plan      shape, batch sizes, candidates left after each pruning rule, the
           files it will write (pure; `--dry-run` stops after printing it)
 search    exhaustive or fast search over a `StoreMeasurer` (resumable),
           with a progress bar on stderr (``--search thorough`` searches the
-          whole call as fast does; it differs in the split search)
+          whole call as fast does; it differs in the split search); a plan
+          seeded from another kernel's plan of the same problem (`seeded_from`)
+          runs a transfer search from that plan's stored results instead
 baseline  the engines' own configs at every batch size, same harness ("full"):
           vLLM's/SGLang's fallback and the file each would load today
           (`moetune.tune.baselines`)
@@ -75,6 +77,9 @@ class TunePlan:
     pruning: dict[int, PruneReport]
     files: tuple[Path, ...]
     store_path: Path
+    # The same problem on another kernel, tuned first into the same store: this plan's
+    # whole-call search starts from its results (`moetune.tune.search.strategy.transfer_search`).
+    seeded_from: TuneProblem | None = None
 
     @property
     def problem(self) -> TuneProblem:
@@ -187,6 +192,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
         *_twin_caveat(plan),
         f"Search:      {request.search} over {len(request.space)} candidates "
         f"({request.space_source})",
+        *_seeded_lines(plan),
         f"Batch sizes: {', '.join(map(str, request.batch_sizes))}",
         "Candidates after pruning (removed per rule):",
     ]
@@ -232,6 +238,25 @@ def _twin_caveat(plan: TunePlan) -> list[str]:
     return []
 
 
+def kernel_label(problem: TuneProblem) -> str:
+    """A short name of the kernel a problem is timed on, e.g. ``the vLLM 0.33.0 kernel``."""
+    from moetune.engines.launch import ENGINE_LABELS
+
+    kernel = problem.kernel
+    if kernel is None:
+        return "moetune's twin kernel"
+    return f"the {ENGINE_LABELS.get(kernel.engine, kernel.engine)} {kernel.version} kernel"
+
+
+def _seeded_lines(plan: TunePlan) -> list[str]:
+    if plan.seeded_from is None:
+        return []
+    return [
+        f"             seeded from {kernel_label(plan.seeded_from)}'s results (transfer), "
+        "then a local climb"
+    ]
+
+
 def _split_and_routing_lines(plan: TunePlan) -> list[str]:
     from moetune.tune.search.split import split_engines
     from moetune.tune.search.split_search import SplitOptions, split_plan_lines
@@ -252,6 +277,7 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         "triton_version": plan.request.triton_version,
         "kernel": None if plan.problem.kernel is None else plan.problem.kernel.as_json(),
         "search": plan.request.search,
+        "seeded_from": None if plan.seeded_from is None else plan.seeded_from.key(),
         "space_size": len(plan.request.space),
         "batch_sizes": list(plan.request.batch_sizes),
         "pruning": {
@@ -323,6 +349,19 @@ def ranked(
     return sorted(ok, key=lambda m: m.latency_us)
 
 
+def transfer_seeds(
+    store: ResultStore, context: RunContext, source: TuneProblem, batch_sizes: Sequence[int]
+) -> dict[int, list[Candidate]]:
+    """Per batch size, `source`'s full-fidelity configs in `store`, fastest first.
+
+    `source` is this problem on the kernel tuned first (its search's finalists
+    and the engine baselines timed on it); a batch size it has no result for
+    gets none, and the transfer search starts there as fast search does.
+    """
+    on_source = RunContext(source, context.device_name, context.triton_version)
+    return {m: [row.candidate for row in ranked(store, on_source, m, "full")] for m in batch_sizes}
+
+
 def verify_winners(
     backend: Backend,
     problem: TuneProblem,
@@ -382,7 +421,7 @@ def run_tune(
     enter = stage or (lambda name: None)
     from moetune.tune.baselines import engine_baselines, time_baselines
     from moetune.tune.output import write_engine_files
-    from moetune.tune.search.strategy import exhaustive_search, fast_search
+    from moetune.tune.search.strategy import exhaustive_search, fast_search, transfer_search
 
     request, problem = plan.request, plan.problem
     started = time.perf_counter()
@@ -412,6 +451,11 @@ def run_tune(
         enter("search")
         if request.search == "exhaustive":
             found = exhaustive_search(request.batch_sizes, space_for, measurer)
+        elif plan.seeded_from is not None:
+            seeds = transfer_seeds(store, context, plan.seeded_from, request.batch_sizes)
+            found = transfer_search(
+                request.batch_sizes, space_for, measurer, problem, plan.limits, seeds
+            )
         else:
             found = fast_search(request.batch_sizes, space_for, measurer, problem, plan.limits)
 

@@ -22,6 +22,12 @@ on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
   pairs at about 0.06 s per timing, compiling overlapped (Qwen3-30B TP1: 136 s
   for 2,113 of 20,296; Mixtral TP2: 116 s for 1,873 of 14,316;
   bench/results/tune-h200.md);
+- transfer search (a second kernel's plan of the same problem, seeded from
+  the first one's results): about 40 whole-call timings per batch size
+  whatever the space (replayed on the recorded Qwen3-30B TP1 tunes on vLLM
+  0.33.0's and SGLang 0.5.23's kernels: 726 timings over 18 batch sizes;
+  37-46 per batch size on the two-kernel synthetic GPU,
+  tests/tune/test_strategy_transfer.py), at the same rate;
 - baselines: each engine's fallback config and the file it loads today, one
   whole-call timing per batch size each, at the same rate;
 - split search (engines that read a down table, `moetune.tune.search.split_search`):
@@ -82,6 +88,7 @@ from moetune.tune.signals import STOP_SIGNALS
 SECONDS_PER_TIMED = 0.06  # one whole-call timing (search or baseline)
 SECONDS_PER_SHAPE = 10.0  # start-up, the check against the reference, ceilings, files
 FAST_SEARCH_SHARE = 0.11  # of the pruned pairs, timed by the whole-call fast search
+TRANSFER_PER_BATCH = 40  # whole-call timings per batch size of a transfer search
 SECONDS_PER_LONE = 0.065  # one lone-GEMM timing of the split search
 SECONDS_PER_PAIR = 0.14  # one whole call with split configs (pair or single, confirming)
 FAST_SPLIT_LONE = 14  # lone timings per GEMM variant and batch size, --search fast
@@ -197,7 +204,12 @@ def estimate(plan: TunePlan) -> Estimate:
     pairs = sum(kept.values())
     exhaustive = request.search == "exhaustive"
     share = 1.0 if exhaustive else FAST_SEARCH_SHARE
-    timed = pairs if exhaustive else math.ceil(pairs * FAST_SEARCH_SHARE)
+    timed_per_m = {m: share * count for m, count in kept.items()}
+    if plan.seeded_from is not None:  # a transfer: about as many timings per batch size
+        timed_per_m = {m: min(TRANSFER_PER_BATCH, count) for m, count in kept.items()}
+        timed = sum(timed_per_m.values())
+    else:
+        timed = pairs if exhaustive else math.ceil(pairs * FAST_SEARCH_SHARE)
     baselines = BASELINES_PER_ENGINE * len(request.engines) * batch_sizes
     split = bool(split_engines(request.engines))
     lone = confirms = 0
@@ -227,7 +239,7 @@ def estimate(plan: TunePlan) -> Estimate:
     stages = (
         (
             "search",
-            SECONDS_PER_TIMED * timed + beyond(SECONDS_PER_TIMED, lambda m: share * kept.get(m, 0)),
+            SECONDS_PER_TIMED * timed + beyond(SECONDS_PER_TIMED, lambda m: timed_per_m.get(m, 0)),
         ),
         (
             "baselines",
@@ -319,7 +331,9 @@ def plan_sweep(
     engines' file names), or whose kernel the tuner cannot time (GPTQ int4...),
     is skipped, with the reason. A single layout that fails raises its own error.
     `kernels` maps each engine to the kernel its file is timed on (None or absent:
-    moetune's twin); engines on different kernels get one plan each.
+    moetune's twin); engines on different kernels get one plan each, run in
+    order; with ``search="fast"`` each plan after the first is seeded from the
+    first one's results (a transfer search, `TunePlan.seeded_from`).
     """
     layouts = list(resolved.layouts or layouts)  # as resolved: dtype auto named, each once
     skipped = list(resolved.skipped)
@@ -364,6 +378,10 @@ def plan_sweep(
             )
             for kernel, on_kernel in _by_kernel(engines, kernels or {})
         ]
+        if request.get("search", "fast") == "fast":
+            # The same problem on another kernel: searched from the first kernel's results.
+            first = group_plans[0].problem
+            group_plans[1:] = [replace(plan, seeded_from=first) for plan in group_plans[1:]]
         files = [path for plan in group_plans for path in plan.files]
         clash = next((owners[path] for path in files if path in owners), None)
         if clash is not None:

@@ -1,7 +1,7 @@
 """Search strategies: which candidates to time, at which fidelity, and which one wins.
 
 Strategies talk to the GPU only through a `Measurer`, so they run on CPU in
-tests against a synthetic cost model. Two are offered:
+tests against a synthetic cost model. Three are offered:
 
 - `exhaustive_search` times every candidate at full fidelity (what vLLM's and
   SGLang's tuners do).
@@ -18,14 +18,20 @@ tests against a synthetic cost model. Two are offered:
   4. refine: going back down the batch sizes, offer each the winners of the
      next larger one, and climb and decide again if one of them is faster.
 
-  Compiling dominates a candidate's cost on the GPU, so `SearchResult.timed`
-  counts distinct candidates; `measurements` also counts full re-timings.
+- `transfer_search` searches a problem already searched on another kernel
+  (vLLM's and SGLang's kernels compute the same GEMMs with the same tiles and
+  rank configs alike): each batch size starts from the other kernel's best
+  full-fidelity configs there instead of the cost model's pool, then climbs
+  and decides as fast search does.
+
+Compiling dominates a candidate's cost on the GPU, so `SearchResult.timed`
+counts distinct candidates; `measurements` also counts full re-timings.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -64,7 +70,7 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class FastSearchOptions:
-    """Knobs of `fast_search`; the defaults time about 5-10 % of a pruned space."""
+    """Knobs of `fast_search` and `transfer_search`; fast's defaults time 5-10 % of a pruned space."""
 
     initial: int = 16  # model-ranked candidates timed first (at least) ...
     initial_fraction: float = 0.01  # ... or this fraction of the space, if larger
@@ -75,14 +81,20 @@ class FastSearchOptions:
     finalist_margin: float = 0.08  # ... and any within this fraction of the best quick one ...
     max_finalists: int = 32  # ... up to this many
     exhaustive_below: int = 40  # spaces this small are timed whole, at full fidelity
+    transfer_seeds: int = 8  # transfer_search: the other kernel's best configs timed first
 
     def __post_init__(self) -> None:
-        for name in ("initial", "starts", "max_climb_rounds", "finalists"):
+        for name in ("initial", "starts", "max_climb_rounds", "finalists", "transfer_seeds"):
             if getattr(self, name) < 1:
                 raise TuneError(f"fast search option {name} must be at least 1")
         if not 0.0 <= self.initial_fraction <= 1.0:
             raise TuneError("fast search option initial_fraction must be within [0, 1]")
 
+
+# A transfer starts next to the best: it climbs from the best one only and re-times fewer
+# finalists (the seeds are re-timed too). About a third of fast search's timings, within
+# 1 % of it on the two-kernel synthetic GPU (tests/tune/test_strategy_transfer.py).
+TRANSFER_OPTIONS = FastSearchOptions(starts=1, finalists=3, finalist_margin=0.02, max_finalists=6)
 
 SpaceFor = Callable[[int], list[Candidate]]
 OnResult = Callable[[SearchResult], None]
@@ -264,6 +276,50 @@ def fast_search(
     return {m: results[m] for m in order}
 
 
+def transfer_search(
+    batch_sizes: Iterable[int],
+    space_for: SpaceFor,
+    measurer: Measurer,
+    problem: TuneProblem,
+    limits: DeviceLimits,
+    seeds_by_batch: Mapping[int, Sequence[Candidate]],
+    options: FastSearchOptions | None = None,
+    on_result: OnResult | None = None,
+) -> dict[int, SearchResult]:
+    """Fast search seeded from another kernel's results on the same problem.
+
+    `seeds_by_batch` holds, per batch size, the other kernel's best configs,
+    best first. At each batch size, in ascending order, the first
+    `transfer_seeds` of them (each mapped to its nearest member of this
+    space) and the leaders of the batch size below are timed at quick
+    fidelity, in place of the cost model's pool; the search climbs from the
+    best (`TRANSFER_OPTIONS`: one start, a few finalists) and re-times the
+    finalists and every seed that ran at full fidelity. A batch size without
+    seeds, or whose seeds all fail here, starts as `fast_search` does. Small
+    spaces are timed whole. `on_result` is called as each batch size is done.
+    """
+    opts = options or TRANSFER_OPTIONS
+    results: dict[int, SearchResult] = {}
+    previous: list[Candidate] = []
+    for m in sorted(set(batch_sizes)):
+        space = _space(space_for, m)
+        timings = _Timings(measurer, m)
+        if len(space) <= opts.exhaustive_below:
+            timings.measure(space, "full")
+        else:
+            search = _Search(timings, space, problem, limits, opts)
+            seeds = list(dict.fromkeys(seeds_by_batch.get(m, ())))[: opts.transfer_seeds]
+            if seeds:
+                search.transfer(seeds, previous)
+            else:
+                search.start(previous)
+        results[m] = _result(timings, len(space))
+        previous = _leaders(timings, opts.seeds_per_neighbour)
+        if on_result is not None:
+            on_result(results[m])
+    return results
+
+
 def _leaders(timings: _Timings, count: int) -> list[Candidate]:
     """The best full-fidelity candidates, then the best quick ones, `count` of each at most."""
     leaders = timings.best("full", count)
@@ -302,6 +358,24 @@ class _Search:
             next_index += initial
         self._climb()
         self._decide()
+
+    def transfer(self, seeds: list[Candidate], previous: list[Candidate]) -> None:
+        """Seed with another kernel's best configs (and `previous`), climb, decide.
+
+        The seeds that ran are re-timed at full fidelity whatever their quick
+        rank: they were the best on the other kernel, and quick noise must not
+        drop the one that is best here too. If nothing ran, `start` takes over.
+        """
+        timings = self.timings
+        mapped = list(dict.fromkeys(nearest_in_space(s, self.space) for s in seeds))
+        timings.measure(mapped + [nearest_in_space(s, self.space) for s in previous], "quick")
+        if not timings.best("quick", 1):
+            self.start(previous)
+            return
+        self._climb()
+        self._decide()
+        quick = timings.by_fidelity["quick"]
+        timings.measure([c for c in mapped if c in quick and quick[c].ok], "full")
 
     def refine(self, seeds: list[Candidate]) -> None:
         timings = self.timings
