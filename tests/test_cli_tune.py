@@ -130,7 +130,7 @@ def test_bad_model_is_one_line_error(tmp_path):
 
 
 def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
-    from moetune.tune.output import validate_tuned_config
+    from moetune.engines.tuned_file import validate_tuned_config
 
     env = {FAULTS_ENV: "crash:BLOCK_SIZE_N=64"}
     result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--json"), env=env)

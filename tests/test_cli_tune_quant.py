@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from test_cli_tune import QUANT, moetune, tune_args  # tests/ is on sys.path
 
 from moetune.cli import cli
-from moetune.tune.output import validate_tuned_config
+from moetune.engines.tuned_file import validate_tuned_config
 
 
 def dry_run(tmp_path, *extra):

@@ -119,6 +119,7 @@ def benchmark(
     """
     from dataclasses import replace
 
+    from moetune.engines.formats import engines_named
     from moetune.engines.launch import benchmark_kernel
     from moetune.engines.tuned_file import as_pair, describe, load_tuned_file, same_harness
     from moetune.tune.baselines import engine_baselines, geomean_speedup
@@ -127,7 +128,7 @@ def benchmark(
 
     files = {str(path): load_tuned_file(path) for path in config_files}
     resolved = problem_from_options(model, dry_run=dry_run)
-    engines = ("vllm", "sglang") if engine == "both" else (engine,)
+    engines = engines_named(engine)
     timed_on, kernel_notes = benchmark_kernel(kernel, engines)
     notes = list(dict.fromkeys([*resolved.notes, *kernel_notes]))
     problem = replace(resolved.problem, kernel=timed_on)

@@ -101,6 +101,7 @@ def check(
                 "--replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)"
             )
     from moetune.engines.check import check_engines
+    from moetune.engines.formats import engines_named
     from moetune.engines.names import installed_triton_version
     from moetune.extract.report import build_report
 
@@ -120,7 +121,7 @@ def check(
     if triton_version is None:
         triton_version = installed_triton_version()
         triton_source = "installed" if triton_version else "triton is not installed"
-    engines = ("vllm", "sglang") if engine == "both" else (engine,)
+    engines = engines_named(engine)
     checks = check_engines(
         report,
         engines,
@@ -164,7 +165,8 @@ def check(
 
 
 def _print(report: Any, checks: list, triton_version: str | None, triton_source: str) -> None:
-    from moetune.engines.check import LABELS, fallback_lines
+    from moetune.engines.check import fallback_lines
+    from moetune.engines.formats import engine_label
 
     local, kernel = report.sharded, report.kernel_dtype
     dtype = kernel.engine_dtype or kernel.activation_dtype
@@ -180,7 +182,7 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
     echo(f"GPU {report.device.name} ({report.device.source}); {triton}")
     for item in checks:
         lookup = item.lookup
-        label = LABELS[item.engine]
+        label = engine_label(item.engine)
         echo("")
         echo(f"{label}: {lookup.file_name}")
         echo("  looks in, in order:")
@@ -218,8 +220,8 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
             echo(f"  {action}: {item.tune_command}")
     echo("")
     gaps = [item for item in checks if not item.present]
-    missing = [LABELS[item.engine] for item in gaps if not item.invalid]
-    invalid = [LABELS[item.engine] for item in gaps if item.invalid]
+    missing = [engine_label(item.engine) for item in gaps if not item.invalid]
+    invalid = [engine_label(item.engine) for item in gaps if item.invalid]
     if gaps:
         parts = [f"Missing for {', '.join(missing)}"] if missing else []
         parts += [f"{'i' if parts else 'I'}nvalid file for {', '.join(invalid)}"] if invalid else []

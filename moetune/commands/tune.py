@@ -175,6 +175,7 @@ def tune(
         machine_from_options,
         worker_devices,
     )
+    from moetune.engines.formats import engines_named
     from moetune.engines.launch import resolve_kernels
     from moetune.extract.layouts import resolve_layouts
     from moetune.tune.output import check_space
@@ -202,7 +203,7 @@ def tune(
         allow_huge_shape=bool(model.get("allow_huge_shape")),
     )
     devices = worker_devices(gpus, machine, dry_run=dry_run)
-    engines = ("vllm", "sglang") if engine == "both" else (engine,)
+    engines = engines_named(engine)
     kernels, kernel_notes = resolve_kernels(kernel, engines)
     targets = _install_targets(install, install_dir, engines, machine.triton_version)
     if compile_workers is None:
@@ -314,13 +315,14 @@ def _headline(summary) -> str:  # noqa: ANN001
 
 def _install_targets(install, install_dir, engines, triton_version):  # noqa: ANN001, ANN202
     """Resolve and check the install folders before any tuning (fail fast)."""
+    from moetune.engines.formats import engine_format, engines_named
     from moetune.engines.install import check_writable, install_target
 
     if install is None:
         if install_dir is not None:
             raise click.UsageError("--install-dir needs --install vllm|sglang|both")
         return []
-    wanted = ("vllm", "sglang") if install == "both" else (install,)
+    wanted = engines_named(install)
     missing = [name for name in wanted if name not in engines]
     if missing:
         raise click.UsageError(
@@ -328,10 +330,10 @@ def _install_targets(install, install_dir, engines, triton_version):  # noqa: AN
         )
     targets = []
     for name in wanted:
-        if name == "sglang" and triton_version == "unknown":
+        if engine_format(name).version_folder and triton_version == "unknown":
             raise click.UsageError(
-                "--install sglang: Triton is not installed, so the configs/triton_X_Y_Z folder "
-                "SGLang reads is unknown"
+                f"--install {name}: Triton is not installed, so the configs/triton_X_Y_Z folder "
+                f"{engine_format(name).label} reads is unknown"
             )
         target = install_target(name, triton_version, install_dir)
         check_writable(target)
@@ -374,12 +376,11 @@ def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
             )
         if target.export:
             exports.append(target.export)
-            reads = (
-                "SGLang then reads only this folder, not its bundled configs"
-                if target.engine == "sglang"
-                else "vLLM reads it before its own configs"
+            console.print(
+                f"To use it: {target.export}  ({target.export_effect})",
+                markup=False,
+                soft_wrap=True,
             )
-            console.print(f"To use it: {target.export}  ({reads})", markup=False, soft_wrap=True)
     return installed, exports
 
 

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from moetune.engines import sglang, vllm
+from moetune.engines.formats import engine_label
 from moetune.engines.lookup import ENGINE_BATCH_SIZES, Lookup, summarize
 from moetune.engines.tables import TunedConfigError, read_table
-
-LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 @dataclass(frozen=True)
@@ -164,7 +163,7 @@ def _serving_kernel(
     plan = plans.get(quant.experts.name, {}).get(engine)
     if plan is None:
         return None, True
-    label = LABELS[engine]
+    label = engine_label(engine)
     if plan.file_name is None:
         return (
             f"{label} serves this checkpoint's experts with {plan.kernel}, which reads no "

@@ -28,11 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moetune.engines import sglang, vllm
+from moetune.engines.formats import engine_format, engine_label
 from moetune.errors import MoetuneError
 from moetune.fileio import atomic_write_text
 
 ENV = {"vllm": vllm.FOLDER_ENV, "sglang": sglang.FOLDER_ENV}
-LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
+# What the engine reads once the user runs `InstallTarget.export`.
+EXPORT_EFFECTS = {
+    "vllm": "vLLM reads it before its own configs",
+    "sglang": "SGLang then reads only this folder, not its bundled configs",
+}
 
 
 class InstallError(MoetuneError):
@@ -47,6 +52,11 @@ class InstallTarget:
     folder: Path
     source: str
     export: str | None = None
+
+    @property
+    def export_effect(self) -> str:
+        """What the engine reads once `export` is run, for the line that prints it."""
+        return EXPORT_EFFECTS[self.engine]
 
 
 @dataclass(frozen=True)
@@ -80,8 +90,9 @@ def install_target(
     elif var in env and not env[var]:
         # Both engines read a set-but-empty variable as "" (their working folder).
         raise InstallError(
-            f"--install {engine}: ${var} is set but empty, so {LABEL[engine]} reads tuned files "
-            "from the folder it starts in; set it to a folder, unset it, or pass --install-dir DIR"
+            f"--install {engine}: ${var} is set but empty, so {engine_label(engine)} reads tuned "
+            "files from the folder it starts in; set it to a folder, unset it, or pass "
+            "--install-dir DIR"
         )
     elif env.get(var):
         root, source, export = Path(env[var]), f"${var}", None
@@ -95,11 +106,11 @@ def install_target(
                 source = f"the installed {found.label} package"
         if package is None:
             raise InstallError(
-                f"--install {engine}: {LABEL[engine]} is not installed here and ${var} is "
+                f"--install {engine}: {engine_label(engine)} is not installed here and ${var} is "
                 "not set; pass --install-dir DIR (moetune prints the export line to use)"
             )
         root, export = Path(package), None
-    folder = root / "configs" / sglang.triton_folder(triton_version) if engine == "sglang" else root
+    folder = root / engine_format(engine).folder(triton_version)
     return InstallTarget(engine, folder, source, export)
 
 
@@ -210,8 +221,9 @@ def write_keeping_backup(path: Path, text: str, stamp: str) -> Path | None:
 
 
 def engine_files(engine: str, main: Path) -> list[Path]:
-    """The file for an engine plus, for SGLang, its ``_down`` twin when the tuner wrote one."""
-    if engine != "sglang":
+    """The file for an engine plus, for one that reads a down table, its ``_down`` twin
+    when the tuner wrote one."""
+    if not engine_format(engine).reads_down_file:
         return [main]
     down = main.with_name(sglang.down_name(main.name))
     return [main, down] if down.is_file() else [main]

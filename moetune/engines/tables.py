@@ -26,11 +26,22 @@ from typing import Any
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 
+from moetune.engines.formats import (
+    DOWN_SUFFIX,
+    ENGINE_FORMATS,
+    VERSION_KEY,
+    engine_format,
+    format_of_table,
+)
 from moetune.errors import MoetuneError
 
-ENGINES = ("vllm", "sglang")
-VERSION_KEY = "triton_version"
-DOWN_SUFFIX = "_down.json"
+# The schema definitions of tables that open with the version key.
+_VERSIONED = {
+    definition
+    for row in ENGINE_FORMATS.values()
+    if row.version_key
+    for definition in (row.read_schema, row.written_schema)
+}
 MAX_SHOWN = 160  # characters of an odd key or of a schema message an error line shows
 
 
@@ -104,20 +115,20 @@ def parse_json(data: bytes, label: str) -> Any:
 
 
 def definition_for(payload: Any, engine: str | None, *, down: bool, writing: bool = False) -> str:
-    """The schema definition a table is checked by.
+    """The schema definition a table is checked by (`moetune.engines.formats`).
 
     `engine` None (a file given by name): vLLM's rules when it has a ``triton_version``
     key, else SGLang's (they accept every vLLM table without that key).
     """
-    if engine is not None and engine not in ENGINES:
-        raise TunedConfigError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
-    if down:
-        if engine == "vllm":
-            raise TunedConfigError("vllm reads no separate down-GEMM table")
-        return "sglang_down" if writing else "sglang"
     if engine is None:
-        engine = "vllm" if isinstance(payload, dict) and VERSION_KEY in payload else "sglang"
-    return f"{engine}_written" if writing else engine
+        has_version = isinstance(payload, dict) and VERSION_KEY in payload
+        row = format_of_table(version_key=has_version, down=down)
+    else:
+        row = engine_format(engine, TunedConfigError)
+    definition = row.schema(down=down, writing=writing)
+    if definition is None:
+        raise TunedConfigError(f"{engine} reads no separate down-GEMM table")
+    return definition
 
 
 def check_table(payload: Any, definition: str, label: str) -> dict[int, dict[str, Any]]:
@@ -134,7 +145,7 @@ def check_table(payload: Any, definition: str, label: str) -> dict[int, dict[str
     batch_keys = []
     for key in payload:
         if key == VERSION_KEY:
-            if definition not in ("vllm", "vllm_written"):
+            if definition not in _VERSIONED:
                 raise TunedConfigError(
                     f'{label}: key "{VERSION_KEY}" is not allowed in an SGLang table '
                     "(SGLang reads every key as a batch size; its triton_X_Y_Z folder carries "

@@ -12,24 +12,36 @@ with the routing outside the CUDA graph (`moetune.tune.measure.probe_timing`), w
 reads a microsecond or two less than the whole-call harness; anything compared
 with a pair must be timed the same way (`same_harness`).
 
-Pure: files in, configs out; no torch.
+The write side: where moetune puts an engine's files under a folder
+(`tuned_file_paths`), their content (`file_payload`: the version key where the
+engine's format has one, then batch sizes in numeric order), checked against the
+schema as moetune writes them (`validate_tuned_config`), then written atomically,
+keeping a different old file as ``<file>.bak-<UTC time>`` (`write_tuned_files`).
+Each engine's format comes from `moetune.engines.formats`. No torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from moetune.engines.formats import DOWN_SUFFIX, VERSION_KEY, engine_format
+from moetune.engines.install import backup_stamp, write_keeping_backup
 from moetune.engines.lookup import TRITON_LAUNCH_DEFAULTS, nearest_row
 from moetune.engines.sglang import down_name
-from moetune.engines.tables import read_table
-from moetune.errors import MoetuneError
+from moetune.engines.tables import (
+    TunedConfigError,
+    check_table,
+    definition_for,
+    parse_json,
+    read_table,
+)
+from moetune.errors import MoetuneError, TuneError
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
-
-DOWN_SUFFIX = down_name("")
 
 Entry = tuple[Candidate, bool]  # a table row: its config and whether it asks for TMA
 
@@ -116,3 +128,138 @@ def describe(item: Candidate | Probe) -> dict[str, Any]:
     if item.down is not None and (item.down != item.candidate or item.down_tma or item.use_tma):
         described["down_config"] = item.down_config()
     return described
+
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+Table = Mapping[int, Mapping[str, Any]]  # batch size -> entry
+
+
+class FileWriteError(MoetuneError):
+    """A tuned file that could not be written (the message names it and why)."""
+
+
+def tuned_file_path(
+    engine: str,
+    folder: str | Path,
+    E: int,
+    N: int,
+    device_name: str,
+    dtype: str | None,
+    block_shape: Sequence[int] | None,
+    *,
+    per_channel: bool = False,
+    triton_version: str,
+    down: bool = False,
+) -> Path:
+    """Where `engine`'s file for this shape (`down`: its down-GEMM table) goes under `folder`,
+    in the engine's own layout: the file name it looks up, in the folder it reads.
+
+    `dtype` is the dtype in the file name (None: unquantized); `N` the one the engine
+    keys its file on (SGLang's int4: N // 2, `moetune.extract.quant.engine_file_n`).
+    """
+    row = engine_format(engine, TuneError)
+    if down and not row.reads_down_file:
+        raise TuneError(f"{row.label} reads no separate down-GEMM table")
+    name = row.file_name(E, N, device_name, dtype, block_shape, per_channel=per_channel, down=down)
+    return Path(folder) / row.folder(triton_version) / name
+
+
+def tuned_file_paths(engine: str, folder: str | Path, *args: Any, **kwargs: Any) -> list[Path]:
+    """`engine`'s files in the order written: its table, then its down table if it reads one
+    (arguments as `tuned_file_path`)."""
+    paths = [tuned_file_path(engine, folder, *args, **kwargs)]
+    if engine_format(engine, TuneError).reads_down_file:
+        paths.append(tuned_file_path(engine, folder, *args, **kwargs, down=True))
+    return paths
+
+
+def file_payload(
+    engine: str, entries: Table, triton_version: str, *, down: bool = False
+) -> dict[str, Any]:
+    """The content of `engine`'s file (`down`: its down table): ``"triton_version"`` first
+    where the engine's format has that key, then the batch sizes in numeric order."""
+    if not entries:
+        raise TuneError("no tuned batch sizes to write")
+    table = {str(m): dict(entries[m]) for m in sorted(entries)}
+    if engine_format(engine, TuneError).version_key and not down:
+        return {VERSION_KEY: triton_version, **table}
+    return table
+
+
+def checked_files(
+    engine: str, paths: Sequence[Path], tables: Sequence[Table], triton_version: str
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Each of `engine`'s files (`paths` as `tuned_file_paths` gives them, `tables` in the
+    same order) with its content, every one checked as moetune writes it."""
+    downs = [index > 0 for index in range(len(paths))]  # the table, then its down table
+    payloads = [
+        file_payload(engine, table, triton_version, down=down)
+        for table, down in zip(tables, downs, strict=True)
+    ]
+    for path, payload, down in zip(paths, payloads, downs, strict=True):
+        validate_tuned_config(payload, engine, name=str(path), down=down)
+    return list(zip(paths, payloads, strict=True))
+
+
+def write_tuned_files(
+    planned: Sequence[tuple[Path, dict[str, Any]]], notes: list[str] | None = None
+) -> list[Path]:
+    """Write each checked file (`checked_files`) atomically, as the engines' tuners indent
+    them; return the paths in order.
+
+    A different file already at a path is kept beside it as ``<file>.bak-<UTC time>``
+    (as ``tune --install`` does) and a line saying so goes to `notes`; an identical one
+    is left as it is. `FileWriteError` names a file that cannot be written.
+    """
+    stamp = backup_stamp()
+    written = []
+    for path, payload in planned:
+        try:
+            backup = write_keeping_backup(path, json.dumps(payload, indent=4) + "\n", stamp)
+        except OSError as exc:
+            raise FileWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if backup is not None and notes is not None:
+            notes.append(
+                f"{path.name} in {path.parent} differed from the new file: "
+                f"the old one is kept as {backup.name}"
+            )
+        written.append(path)
+    return written
+
+
+def validate_tuned_config(
+    path_or_payload: str | Path | dict[str, Any],
+    engine: str,
+    name: str | None = None,
+    *,
+    down: bool | None = None,
+) -> None:
+    """Check a tuned-config file (a path) or its content against the engine's schema as
+    moetune writes it.
+
+    `down` selects the down-GEMM table schema as moetune writes it (``USE_TMA``
+    on every entry); None: from the file name (``_down.json``).
+
+    Raises `TuneError` naming the file and the offending key, e.g.
+    ``E=8,...json: batch size 64: config: 'num_stages' is a required property``.
+    """
+    engine_format(engine, TuneError)
+    if isinstance(path_or_payload, dict):
+        payload, label = path_or_payload, name or "tuned config"
+    else:
+        label = name or str(path_or_payload)
+        try:
+            payload = parse_json(Path(path_or_payload).read_bytes(), label)
+        except OSError as exc:
+            raise TuneError(f"{label}: cannot read a tuned config: {exc.strerror or exc}") from None
+        except TunedConfigError as exc:
+            raise TuneError(str(exc)) from None
+    if down is None:
+        down = label.endswith(DOWN_SUFFIX)
+    try:
+        check_table(payload, definition_for(payload, engine, down=down, writing=True), label)
+    except TunedConfigError as exc:
+        raise TuneError(str(exc)) from None

@@ -27,11 +27,10 @@ from typing import Any
 import yaml
 
 from moetune.dtypes import accepted_summary, tune_accepts
-from moetune.engines import names
+from moetune.engines.formats import ENGINES, engine_format
 from moetune.errors import InvalidMappingsError
 
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-ENGINES = ("vllm", "sglang")
 _MISSING = object()
 _DEFAULT_LAYERS = 128  # layers probed when the config does not say how many it has
 
@@ -545,19 +544,14 @@ def engine_plan(group: QuantGroup, E: int, N: int, device_name: str) -> dict[str
         file_name = None
         file_n = N // runtime.n_divisor
         if runtime.has_file:
-            if engine == "vllm":
-                file_name = names.vllm_config_filename(
-                    E, file_n, device_name, runtime.file_dtype, group.block_shape
-                )
-            else:
-                file_name = names.sglang_config_filename(
-                    E,
-                    file_n,
-                    device_name,
-                    runtime.file_dtype,
-                    group.block_shape,
-                    per_channel_quant=runtime.per_channel_quant,
-                )
+            file_name = engine_format(engine).file_name(
+                E,
+                file_n,
+                device_name,
+                runtime.file_dtype,
+                group.block_shape,
+                per_channel=runtime.per_channel_quant,
+            )
         why = None
         if not runtime.has_file:
             why = f"no Triton config file: served by {runtime.kernel}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moetune.engines import names
+from moetune.engines.formats import engine_label
 from moetune.engines.names import KernelDtype, resolve_kernel_dtype
 from moetune.extract.evaluate import extract_shape
 from moetune.extract.mappings import load_registry
@@ -264,7 +265,7 @@ def _group_details(group: QuantGroup) -> str:
 
 
 def _plan_lines(engine: str, plan: EnginePlan) -> list[str]:
-    name = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
+    name = engine_label(engine)
     lines = [
         f"    {name:<7} runs {plan.kernel}; reads tuned files: {'yes' if plan.reads_files else 'no'}"
     ]

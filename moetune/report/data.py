@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moetune.engines.formats import ENGINES
 from moetune.errors import MoetuneError
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 from moetune.tune.summary_file import SUMMARY_FILENAME, SummaryFileError, read_summary_file
 
-ENGINES = ("vllm", "sglang")
 FROM_SUMMARY = "summary.json"
 # A problem key's engine-kernel tag (`TuneProblem.key`): the same shape timed on another kernel.
 KERNEL_TAG = re.compile(r",kernel=([^,]+)$")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
+from moetune.engines.formats import engine_label
 from moetune.fileio import atomic_write_bytes, atomic_write_text
 from moetune.report import plots
 from moetune.report.data import Comparison, Report, ShapeReport
@@ -65,7 +66,7 @@ def make_plots(report: Report) -> dict[str, list[Plot]]:
         section = f"shape-{index}"
         for engine in shape.plot_engines():
             name = f"{section}-{slug(shape.problem_key)}-{engine or 'all'}.png"
-            caption = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine or "", "all baselines")
+            caption = engine_label(engine, "all baselines")
             made.setdefault(section, []).append(
                 Plot(name, caption, plots.shape_plot(shape, engine))
             )

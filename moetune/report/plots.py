@@ -11,6 +11,7 @@ import importlib.util
 import io
 from typing import Any
 
+from moetune.engines.formats import engine_label
 from moetune.report.data import Comparison, ShapeReport
 
 INSTALL_HINT = 'pip install matplotlib, or in the moetune checkout: pip install -e ".[report]"'
@@ -64,7 +65,7 @@ def _points(pairs: list[tuple[int, float | None]]) -> tuple[list[int], list[floa
 
 def shape_plot(shape: ShapeReport, engine: str | None) -> bytes:
     """The tuned config against `engine`'s baselines (None: all) and the floor, as PNG."""
-    which = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine or "", "all engines")
+    which = engine_label(engine, "all engines")
     figure, axes = _figure(f"{shape.title}\n{shape.name}: {which}")
     ms = [row.batch_size for row in shape.rows]
     x, y = _points([(r.batch_size, r.latency_us) for r in shape.rows])

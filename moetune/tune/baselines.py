@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from moetune.engines import sglang, vllm
+from moetune.engines.formats import engine_label
 from moetune.engines.lookup import load_table, nearest_row, timeable
 from moetune.engines.tuned_file import load_tuned_file
 from moetune.errors import MoetuneError
@@ -155,7 +156,7 @@ def engine_baselines(
         baselines.append(
             Baseline(
                 f"{engine}_file",
-                f"{'vLLM' if engine == 'vllm' else 'SGLang'} file",
+                f"{engine_label(engine)} file",
                 str(found),
                 configs,
             )

@@ -1,46 +1,32 @@
-"""The tuned-config files vLLM and SGLang load, written exactly as each expects.
+"""The tuner's side of the engines' files: its results as per-batch-size tables.
 
-    vLLM    <save_dir>/E=128,N=768,device_name=NVIDIA_H200.json
-            {"triton_version": "3.6.0", "1": {...}, "2": {...}, ...}
-    SGLang  <save_dir>/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200.json
-            {"1": {...}, "2": {...}, ...}            (no version key: the folder has it)
-            <save_dir>/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200_down.json
-            {"1": {..., "USE_TMA": false}, ...}      (the down GEMM's table, `moetune.tune.search.split`)
-
-Batch-size keys are decimal strings in numeric order; each entry holds the six
-kernel keys. Both engines pick the entry whose key is nearest to the live batch
-size. Files are validated against ``schemas/tuned_config.schema.json`` before
-they are written, and written atomically; a different file already in their
-place is kept beside it as ``<file>.bak-<UTC time>`` (`moetune.engines.install`).
+`write_engine_files` turns the tuned configs (and, for an engine that reads a
+down-GEMM table, the split pairs of `moetune.tune.search.split`) into one table per
+file, and hands them to `moetune.engines.tuned_file`, which names, checks and writes
+each file as its engine reads it (`moetune.engines.formats` has each engine's format).
+`engine_file_path` is where that file goes for a `TuneProblem`; `skipped_engines` and
+`check_space` say, before any tuning, which files the tune cannot write and which
+configs the files cannot hold.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from moetune.engines.install import backup_stamp, write_keeping_backup
-from moetune.engines.names import (
-    sglang_config_filename,
-    sglang_config_folder,
-    sglang_down_config_filename,
-    vllm_config_filename,
-)
-from moetune.engines.tables import (
-    DOWN_SUFFIX,
-    TunedConfigError,
-    check_entry,
-    check_table,
-    definition_for,
-    parse_json,
+from moetune.engines.formats import ENGINES, engine_format
+from moetune.engines.tables import TunedConfigError, check_entry
+from moetune.engines.tuned_file import (
+    FileWriteError,
+    Table,
+    checked_files,
+    tuned_file_path,
+    tuned_file_paths,
+    write_tuned_files,
 )
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate
 from moetune.tune.problem import TuneProblem
-from moetune.tune.search.split import SplitResult, reads_down_file, single_entries, split_entries
-
-ENGINES = ("vllm", "sglang")
+from moetune.tune.search.split import SplitResult, single_entries, split_entries
 
 
 def _engine_dtype(problem: TuneProblem) -> str | None:
@@ -60,20 +46,13 @@ def skipped_engines(problem: TuneProblem) -> dict[str, str]:
     return {engine: why for engine, why in reasons.items() if why}
 
 
-def _batch_entries(results: dict[int, Candidate]) -> dict[str, dict[str, int]]:
-    if not results:
-        raise TuneError("no tuned batch sizes to write")
-    return {str(m): results[m].as_config() for m in sorted(results)}
+def _name_args(engine: str, problem: TuneProblem, device_name: str) -> tuple:
+    """What `engine`'s file name is made of for `problem` (`moetune.engines.tuned_file`)."""
+    from moetune.extract.quant import engine_file_n  # SGLang keys int4 on N // 2
 
-
-def vllm_payload(results: dict[int, Candidate], triton_version: str) -> dict[str, Any]:
-    """vLLM's file content: ``"triton_version"`` first, then batch sizes in numeric order."""
-    return {"triton_version": triton_version, **_batch_entries(results)}
-
-
-def sglang_payload(results: dict[int, Candidate]) -> dict[str, Any]:
-    """SGLang's file content: batch sizes in numeric order, no version key."""
-    return _batch_entries(results)
+    dtype = _engine_dtype(problem)
+    N = engine_file_n(engine, problem.intermediate_size, dtype)
+    return (problem.num_experts, N, device_name, dtype, problem.block_shape)
 
 
 def engine_file_path(
@@ -86,38 +65,40 @@ def engine_file_path(
     down: bool = False,
 ) -> Path:
     """Where `write_engine_files` puts `engine`'s file (`down`: its down-GEMM table) under `save_dir`."""
-    dtype, block = _engine_dtype(problem), problem.block_shape
-    E, N = problem.num_experts, problem.intermediate_size
-    if engine == "vllm" and not down:
-        return Path(save_dir) / vllm_config_filename(E, N, device_name, dtype, block)
-    if engine == "sglang":
-        from moetune.extract.quant import engine_file_n  # SGLang keys int4 on N // 2
-
-        folder = Path(save_dir) / sglang_config_folder(triton_version)
-        N = engine_file_n("sglang", N, dtype)
-        name = sglang_down_config_filename if down else sglang_config_filename
-        return folder / name(E, N, device_name, dtype, block, per_channel_quant=problem.per_channel)
-    if engine == "vllm":
-        raise TuneError("vLLM reads no separate down-GEMM table")
-    raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    return tuned_file_path(
+        engine,
+        save_dir,
+        *_name_args(engine, problem, device_name),
+        per_channel=problem.per_channel,
+        triton_version=triton_version,
+        down=down,
+    )
 
 
 def engine_file_paths(
     engine: str, problem: TuneProblem, device_name: str, triton_version: str, save_dir: str | Path
 ) -> list[Path]:
     """`engine`'s files in the order written: its table, then its down table if it reads one."""
-    paths = [engine_file_path(engine, problem, device_name, triton_version, save_dir)]
-    if reads_down_file(engine):
-        paths.append(
-            engine_file_path(engine, problem, device_name, triton_version, save_dir, down=True)
-        )
-    return paths
+    return tuned_file_paths(
+        engine,
+        save_dir,
+        *_name_args(engine, problem, device_name),
+        per_channel=problem.per_channel,
+        triton_version=triton_version,
+    )
 
 
-def _table(entries: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    if not entries:
-        raise TuneError("no tuned batch sizes to write")
-    return {str(m): dict(entries[m]) for m in sorted(entries)}
+def engine_tables(
+    engine: str, results: dict[int, Candidate], split: list[SplitResult] | None = None
+) -> list[Table]:
+    """The tables of `engine`'s files, in `engine_file_paths` order: the tuned config per
+    batch size; for an engine that reads a down table, the up and down tables, from
+    `split` (one `SplitResult` per batch size) when given, else the single config in both
+    with ``"USE_TMA": false`` in the down table (see `moetune.tune.search.split`)."""
+    if not engine_format(engine, TuneError).reads_down_file:
+        return [{m: results[m].as_config() for m in results}]
+    up, down = split_entries(split) if split else single_entries(results)
+    return [up, down]
 
 
 def write_engine_files(
@@ -132,10 +113,7 @@ def write_engine_files(
 ) -> list[Path]:
     """Write each engine's file(s) (validated, atomically); return the paths in `engines` order.
 
-    An engine that reads a down-GEMM table (SGLang) gets two files: from `split`
-    (one `SplitResult` per batch size) when given, else the single config in both
-    with ``"USE_TMA": false`` in the down table (see `moetune.tune.search.split`).
-
+    An engine that reads a down-GEMM table (SGLang) gets two files (`engine_tables`).
     A different file already at a path is kept beside it as ``<file>.bak-<UTC time>``
     (as ``tune --install`` does) and a line saying so goes to `notes`; an identical one
     is left as it is. Every payload is checked before anything is written.
@@ -143,31 +121,15 @@ def write_engine_files(
     planned = []
     for engine in engines:
         paths = engine_file_paths(engine, problem, device_name, triton_version, save_dir)
-        if engine == "vllm":
-            payloads = [(vllm_payload(results, triton_version), False)]
-        else:
-            up, down = split_entries(split) if split else single_entries(results)
-            payloads = [(_table(up), False), (_table(down), True)]
-        for path, (payload, down_table) in zip(paths, payloads, strict=True):
-            validate_tuned_config(payload, engine, name=str(path), down=down_table)
-            planned.append((path, payload))
-    stamp = backup_stamp()
-    written = []
-    for path, payload in planned:
-        try:
-            backup = write_keeping_backup(path, json.dumps(payload, indent=4) + "\n", stamp)
-        except OSError as exc:
-            raise TuneError(
-                f"cannot write {path}: {exc.strerror or exc}; the measurements are in the "
-                "results store: fix this and rerun the same command to write the files"
-            ) from None
-        if backup is not None and notes is not None:
-            notes.append(
-                f"{path.name} in {path.parent} differed from the new file: "
-                f"the old one is kept as {backup.name}"
-            )
-        written.append(path)
-    return written
+        tables = engine_tables(engine, results, split)
+        planned += checked_files(engine, paths, tables, triton_version)
+    try:
+        return write_tuned_files(planned, notes)
+    except FileWriteError as exc:
+        raise TuneError(
+            f"{exc}; the measurements are in the results store: fix this and rerun the "
+            "same command to write the files"
+        ) from None
 
 
 def check_space(space: list[Candidate], source: str) -> list[Candidate]:
@@ -179,38 +141,3 @@ def check_space(space: list[Candidate], source: str) -> list[Candidate]:
         except TunedConfigError as exc:
             raise TuneError(f"{exc}; the engines' tuned files hold no such config") from None
     return space
-
-
-def validate_tuned_config(
-    path_or_payload: str | Path | dict[str, Any],
-    engine: str,
-    name: str | None = None,
-    *,
-    down: bool | None = None,
-) -> None:
-    """Check a tuned-config file (a path) or its content against the engine's schema.
-
-    `down` selects SGLang's down-GEMM table schema as moetune writes it (``USE_TMA``
-    on every entry); None: from the file name (``_down.json``).
-
-    Raises `TuneError` naming the file and the offending key, e.g.
-    ``E=8,...json: batch size 64: config: 'num_stages' is a required property``.
-    """
-    if engine not in ENGINES:
-        raise TuneError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
-    if isinstance(path_or_payload, dict):
-        payload, label = path_or_payload, name or "tuned config"
-    else:
-        label = name or str(path_or_payload)
-        try:
-            payload = parse_json(Path(path_or_payload).read_bytes(), label)
-        except OSError as exc:
-            raise TuneError(f"{label}: cannot read a tuned config: {exc.strerror or exc}") from None
-        except TunedConfigError as exc:
-            raise TuneError(str(exc)) from None
-    if down is None:
-        down = label.endswith(DOWN_SUFFIX)
-    try:
-        check_table(payload, definition_for(payload, engine, down=down, writing=True), label)
-    except TunedConfigError as exc:
-        raise TuneError(str(exc)) from None

@@ -8,7 +8,7 @@ import shutil
 import pytest
 from savedirs import EXAMPLES, EXISTING, tune_into
 
-from moetune.tune.output import vllm_payload
+from moetune.engines.tuned_file import file_payload
 
 
 @pytest.fixture
@@ -23,7 +23,9 @@ def tuned(tmp_path, clean_engine_env):
     existing = tmp_path / "existing"
     existing.mkdir()
     name = "E=4,N=32,device_name=NVIDIA_H200.json"
-    (existing / name).write_text(json.dumps(vllm_payload({1: EXISTING}, "3.6.0")))
+    (existing / name).write_text(
+        json.dumps(file_payload("vllm", {1: EXISTING.as_config()}, "3.6.0"))
+    )
     save_dir = tmp_path / "tuned-h200"
     tune_into(save_dir, compare_dir=existing)
     return save_dir

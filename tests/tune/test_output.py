@@ -3,14 +3,10 @@ import os
 
 import pytest
 
+from moetune.engines.tuned_file import file_payload, validate_tuned_config
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate
-from moetune.tune.output import (
-    sglang_payload,
-    validate_tuned_config,
-    vllm_payload,
-    write_engine_files,
-)
+from moetune.tune.output import engine_tables, write_engine_files
 from moetune.tune.problem import TuneProblem
 
 SMALL = Candidate(16, 64, 128, 1, 4, 3)
@@ -29,7 +25,8 @@ def engine_lookup(path, batch_size):
 
 
 def test_vllm_payload_has_the_version_first_and_numeric_key_order():
-    payload = vllm_payload(RESULTS, "3.6.0")
+    (table,) = engine_tables("vllm", RESULTS)
+    payload = file_payload("vllm", table, "3.6.0")
     assert list(payload) == ["triton_version", "1", "8", "64", "1024"]
     assert payload["64"] == {
         "BLOCK_SIZE_M": 64,
@@ -42,7 +39,9 @@ def test_vllm_payload_has_the_version_first_and_numeric_key_order():
 
 
 def test_sglang_payload_has_no_version_key():
-    assert list(sglang_payload(RESULTS)) == ["1", "8", "64", "1024"]
+    up, down = engine_tables("sglang", RESULTS)
+    assert list(file_payload("sglang", up, "3.6.0")) == ["1", "8", "64", "1024"]
+    assert list(file_payload("sglang", down, "3.6.0", down=True)) == ["1", "8", "64", "1024"]
 
 
 def test_write_engine_files_uses_each_engines_name_and_folder(tmp_path):

@@ -112,7 +112,7 @@ def test_no_correct_candidate_means_no_file():
 
 
 def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path, monkeypatch):
-    from moetune.tune.output import validate_tuned_config
+    from moetune.engines.tuned_file import validate_tuned_config
 
     for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
         monkeypatch.delenv(variable, raising=False)

@@ -4,13 +4,14 @@ import json
 
 import pytest
 
+from moetune.engines.formats import ENGINE_FORMATS
+from moetune.engines.tuned_file import validate_tuned_config
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
-from moetune.tune.output import validate_tuned_config, write_engine_files
+from moetune.tune.output import write_engine_files
 from moetune.tune.problem import TuneProblem
 from moetune.tune.search.split import (
-    ENGINE_FORMATS,
     SplitResult,
     best_per_block_m,
     choose_pair,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from moetune.device import DeviceLimits
-from moetune.tune.output import validate_tuned_config
+from moetune.engines.tuned_file import validate_tuned_config
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TuneRequest, make_plan, plan_lines, run_tune
 from moetune.tune.search.space import load_space

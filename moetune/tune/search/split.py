@@ -4,8 +4,9 @@ SGLang reads two tables per shape: ``<name>.json`` for the gate/up GEMM and
 ``<name>_down.json`` for the down GEMM, whose entries may carry ``"USE_TMA"``.
 One alignment (sort by expert, padded to BLOCK_SIZE_M) feeds both GEMMs, so
 the two configs of one batch size must share BLOCK_SIZE_M. vLLM reads one
-table for both GEMMs today; `ENGINE_FORMATS` is the one place that says so
-(vLLM plans the same split, vllm-project/vllm#46338: flip its row then).
+table for both GEMMs today; `moetune.engines.formats.ENGINE_FORMATS` is the one
+place that says so (vLLM plans the same split, vllm-project/vllm#46338: flip its
+row then).
 
 The selection rule is SGLang's sep tuner's (TUNE-V2): time each GEMM alone,
 keep the fastest config per BLOCK_SIZE_M (over the TMA variants too), then take
@@ -30,22 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from moetune.engines.formats import ENGINE_FORMATS
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
-
-
-@dataclass(frozen=True)
-class EngineFormat:
-    """What an engine's tuned-config files hold."""
-
-    reads_down_file: bool  # a second table for the down GEMM (``<name>_down.json``)
-    tma_key: bool  # entries may carry "USE_TMA"
-
-
-ENGINE_FORMATS = {
-    "vllm": EngineFormat(reads_down_file=False, tma_key=False),
-    "sglang": EngineFormat(reads_down_file=True, tma_key=True),
-}
 
 
 def reads_down_file(engine: str) -> bool:

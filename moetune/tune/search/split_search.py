@@ -1,7 +1,7 @@
 """The split tune: up and down GEMMs searched apart, the pair confirmed as a whole call.
 
 Runs after the single-config search (whose winner is what vLLM gets), for the
-engines that read a down table (`moetune.tune.search.split.ENGINE_FORMATS`). The GEMM
+engines that read a down table (`moetune.engines.formats.ENGINE_FORMATS`). The GEMM
 variants are the up GEMM without TMA, the down GEMM without and with TMA, and
 with ``--up-tma`` the up GEMM with TMA (SGLang PR #33559). A TMA variant the
 device cannot run is recorded ``unsupported`` with the reason, and skipped.
