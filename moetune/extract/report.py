@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from moetune.dtypes import engine_file_n
 from moetune.engines import names
 from moetune.engines.names import KernelDtype, resolve_kernel_dtype
 from moetune.extract.evaluate import extract_shape
@@ -22,7 +23,6 @@ from moetune.extract.quant import (
     QuantInfo,
     describe_variant,
     detect_quantization,
-    engine_file_n,
     engine_plan,
     layer_ranges,
 )

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from moetune.dtypes import DTYPES, engine_file_n, engine_write_refusal
 from moetune.engines.install import backup_stamp, write_keeping_backup
 from moetune.engines.names import (
     sglang_config_filename,
@@ -45,14 +46,12 @@ ENGINES = ("vllm", "sglang")
 
 def _engine_dtype(problem: TuneProblem) -> str | None:
     """The dtype string in the engines' file names: none for unquantized bf16/fp16."""
-    return None if problem.dtype in ("bf16", "fp16") else problem.dtype
+    return DTYPES[problem.dtype].quant_dtype
 
 
 def skipped_engines(problem: TuneProblem) -> dict[str, str]:
     """Engines that get no file for `problem`, each with the one-line reason (from the
     quantization rules: vLLM looks int8_w8a8 up under the unquantized file name)."""
-    from moetune.extract.quant import engine_write_refusal
-
     reasons = {
         engine: engine_write_refusal(engine, problem.dtype, per_channel=problem.per_channel)
         for engine in ENGINES
@@ -91,10 +90,8 @@ def engine_file_path(
     if engine == "vllm" and not down:
         return Path(save_dir) / vllm_config_filename(E, N, device_name, dtype, block)
     if engine == "sglang":
-        from moetune.extract.quant import engine_file_n  # SGLang keys int4 on N // 2
-
         folder = Path(save_dir) / sglang_config_folder(triton_version)
-        N = engine_file_n("sglang", N, dtype)
+        N = engine_file_n("sglang", N, dtype)  # SGLang keys int4 on N // 2
         name = sglang_down_config_filename if down else sglang_config_filename
         return folder / name(E, N, device_name, dtype, block, per_channel_quant=problem.per_channel)
     if engine == "vllm":

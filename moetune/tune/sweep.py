@@ -88,7 +88,7 @@ def problem_of(shard: LayoutShard, quant_options: dict[str, Any] | None = None) 
     """The kernel problem one rank of this layout runs (`quant_options`: --group-size,
     --per-channel-quant over the checkpoint's quantization)."""
     kernel = shard.kernel_dtype
-    dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
+    dtype = kernel.name
     quant = quant_details(quant_options or {}, kernel, dtype)
     return TuneProblem.from_sharded(shard.sharded, dtype, **quant)
 
