@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from moetune.kernel.stream_read import MEASURE_CONFIGS, stream_read_sum  # noqa: E402
 from moetune.roofline import hbm_spec  # noqa: E402
-from moetune.tune import ceilings as c  # noqa: E402
+from moetune.tune.measure import ceilings as c  # noqa: E402
 
 OUT = Path(os.environ.get("OUT") or ".") / "ceilings.json"
 OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -214,10 +214,10 @@ def measure_ceilings(device: str, quick: bool) -> dict:
 
 def peak_for(ceilings: dict, dtype: str) -> float:
     """The matmul peak bounding `dtype` (fp8 / int8 where measured, else bf16's)."""
-    from moetune.roofline import PEAK_KIND
+    from moetune.roofline import peak_kind
 
     peaks = ceilings.get("peaks_flops_per_s") or {}
-    return peaks.get(PEAK_KIND.get(dtype, "bf16"), ceilings["peak_flops_per_s"])
+    return peaks.get(peak_kind(dtype), ceilings["peak_flops_per_s"])
 
 
 # %% The measured variants --------------------------------------------------------------

@@ -26,44 +26,19 @@ the machine in the same run where they can be (`Ceilings`, from
   TB/s on an H200 while whole MoE calls streamed their weights at up to 4.19 TB/s, so
   a floor on it could exceed the measured time. Only for a GPU missing from the
   table does the measurement set the floor; `bandwidth_source` says which.
-- peak: the dense matmul rate of the dtype the kernel computes in: bf16 for bf16,
-  fp16, int8_w8a16 and int4_w4a16 (weights are dequantized to 16 bits); an fp8
-  e4m3 `torch._scaled_mm` for fp8_w8a8; `torch._int_mm` for int8_w8a8 (8192^3).
+- peak: the dense matmul rate of the dtype the kernel computes in (`DtypeSpec.peak_kind`):
+  bf16 for bf16, fp16, int8_w8a16 and int4_w4a16 (weights are dequantized to 16 bits);
+  an fp8 e4m3 `torch._scaled_mm` for fp8_w8a8; `torch._int_mm` for int8_w8a8 (8192^3).
+
+Bytes per weight, activation and scale are each dtype's (`moetune.dtypes.DTYPES`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Bytes per weight element for each kernel dtype string (the engines' names).
-WEIGHT_BYTES = {
-    "bf16": 2,
-    "fp16": 2,
-    "fp8_w8a8": 1,
-    "int8_w8a16": 1,
-    "int8_w8a8": 1,
-    "int4_w4a16": 0.5,
-}
-# Bytes per activation element entering the first GEMM.
-ACT_BYTES = {
-    "bf16": 2,
-    "fp16": 2,
-    "fp8_w8a8": 1,
-    "int8_w8a16": 2,
-    "int8_w8a8": 1,
-    "int4_w4a16": 2,
-}
-# Which matmul rate bounds each dtype's compute: the type of the tensor-core operands.
-PEAK_KIND = {
-    "bf16": "bf16",
-    "fp16": "bf16",
-    "int8_w8a16": "bf16",
-    "int4_w4a16": "bf16",
-    "fp8_w8a8": "fp8",
-    "int8_w8a8": "int8",
-}
-# Group size of int4_w4a16 scales along K when the checkpoint does not say (GPTQ/AWQ's usual).
-INT4_GROUP_SIZE = 128
+from moetune.dtypes import DTYPES
+
 # HBM bandwidth of the datasheets, bytes/s, by a substring of torch's device name; the
 # fallback when the read bandwidth cannot be measured, and its cap when it can.
 HBM_SPEC_BYTES_PER_S = {
@@ -80,6 +55,12 @@ HBM_SPEC_BYTES_PER_S = {
 }
 
 
+def peak_kind(dtype: str) -> str:
+    """Which matmul rate bounds `dtype`'s compute ("bf16", "fp8", "int8"); bf16 if unknown."""
+    spec = DTYPES.get(dtype)
+    return spec.peak_kind if spec is not None else "bf16"
+
+
 def hbm_spec(device_name: str) -> float | None:
     """The datasheet memory bandwidth of a GPU (bytes/s), or None when not in the table."""
     for key, value in HBM_SPEC_BYTES_PER_S.items():
@@ -92,7 +73,7 @@ def hbm_spec(device_name: str) -> float | None:
 class Ceilings:
     """The rates a roofline needs on one machine, and where each figure comes from.
 
-    `peaks` maps a `PEAK_KIND` ("bf16", "fp8", "int8") to dense matmul FLOP/s; a kind
+    `peaks` maps a `DtypeSpec.peak_kind` ("bf16", "fp8", "int8") to dense matmul FLOP/s; a kind
     that could not be measured is absent, and `peak_for` then says what it assumed.
     """
 
@@ -103,7 +84,7 @@ class Ceilings:
 
     def peak_for(self, dtype: str) -> tuple[float, str]:
         """(FLOP/s, where it comes from) of the matmul that bounds `dtype`'s compute."""
-        kind = PEAK_KIND.get(dtype, "bf16")
+        kind = peak_kind(dtype)
         if kind in self.peaks:
             return self.peaks[kind], self.peak_sources.get(kind, "measured")
         bf16 = self.peaks["bf16"]
@@ -181,25 +162,26 @@ def moe_roofline(
     routing hits fewer experts at small M, so it reads fewer bytes.
     """
     m, e, n, k = num_tokens, num_experts, intermediate_size, hidden_size
-    if dtype not in WEIGHT_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(WEIGHT_BYTES)}")
+    spec = DTYPES.get(dtype)
+    if spec is None:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(DTYPES.names())}")
     hit = expected_experts_hit(m, e, top_k) if experts_hit is None else experts_hit
     weight_elems = 2 * n * k + k * n
-    weight_bytes = hit * weight_elems * WEIGHT_BYTES[dtype]
-    if dtype == "int4_w4a16":
-        # One 2-byte scale per group of INT4_GROUP_SIZE along K (block_shape[1] when given).
-        group = block_shape[1] if block_shape else INT4_GROUP_SIZE
+    weight_bytes = hit * weight_elems * spec.weight_bytes
+    if spec.group_quant:
+        # One scale per group along K: block_shape[1] when given, else the dtype's default.
+        group = block_shape[1] if block_shape else spec.default_group_size
         scales = 2 * n * -(-k // group) + k * -(-n // group)
-        weight_bytes += hit * scales * 2
-    elif dtype in ("fp8_w8a8", "int8_w8a8", "int8_w8a16"):
+        weight_bytes += hit * scales * spec.scale_bytes
+    elif spec.quantized:
         if block_shape is not None:
             bn, bk = block_shape
             scales = -(-2 * n // bn) * -(-k // bk) + -(-k // bn) * -(-n // bk)
-        elif dtype == "int8_w8a16" or per_channel:
-            scales = 2 * n + k  # per output channel
+        elif spec.weight_only or per_channel:
+            scales = 2 * n + k  # per output channel (weight-only int8: always)
         else:
             scales = 2  # per tensor
-        weight_bytes += hit * scales * 4
-    act_bytes = m * k * ACT_BYTES[dtype] + m * k * 2
+        weight_bytes += hit * scales * spec.scale_bytes
+    act_bytes = m * k * spec.activation_bytes + m * k * 2
     flops = 2.0 * m * top_k * weight_elems
     return Roofline(bytes=weight_bytes + act_bytes, flops=flops)

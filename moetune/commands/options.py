@@ -17,18 +17,14 @@ from typing import Any
 import click
 
 from moetune.commands.texts import DEVICE_NAME_HELP
-from moetune.dtypes import (
-    DEFAULT_INT4_GROUP_SIZE,
-    quant_details,
-)
+from moetune.dtypes import DTYPES, quant_details
 from moetune.engines.names import (
-    TUNABLE_ENGINE_DTYPES,
+    DTYPE_CHOICES,
     device_name_error,
     device_name_problem,
 )
 from moetune.errors import TuneError
 
-TUNE_DTYPE_CHOICES = ("auto", "bf16", "fp16", *TUNABLE_ENGINE_DTYPES)
 # The device name of a run on the CPU (TRITON_INTERPRET=1, no GPU): in plans and files alike.
 CPU_DEVICE_NAME = "cpu"
 
@@ -231,7 +227,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
     if command is None:
         return lambda command: model_options(command, sweep=sweep)
     size = click.IntRange(min=1)
-    dtype = click.Choice(TUNE_DTYPE_CHOICES)
+    dtype = click.Choice(DTYPE_CHOICES)
     many = " Comma-separated list: one tune per distinct per-rank shape." if sweep else ""
     options = [
         click.option(
@@ -261,7 +257,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
         ),
         click.option(
             "--dtype",
-            type=ListParam(dtype, "[" + "|".join(TUNE_DTYPE_CHOICES) + "]", many=sweep),
+            type=ListParam(dtype, "[" + "|".join(DTYPE_CHOICES) + "]", many=sweep),
             default="auto",
             show_default=True,
             help="Kernel dtype; auto follows the checkpoint (fp8 checkpoints: fp8_w8a8)." + many,
@@ -271,7 +267,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
             type=click.IntRange(min=2),
             callback=check_group_size,
             help=f"int4_w4a16 weight group size along K (default: the checkpoint's, else "
-            f"{DEFAULT_INT4_GROUP_SIZE}).",
+            f"{DTYPES['int4_w4a16'].default_group_size}).",
         ),
         click.option(
             "--per-channel-quant",
@@ -413,7 +409,7 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
     refusal = kernel.tune_refusal()
     if refusal:
         raise TuneError(refusal)
-    dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
+    dtype = kernel.name
     problem = TuneProblem.from_sharded(
         report.sharded, dtype, **quant_details(options, kernel, dtype)
     )

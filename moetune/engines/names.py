@@ -29,21 +29,22 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moetune.dtypes import TUNE_DTYPES, accepted_summary, tune_accepts
+from moetune.dtypes import DTYPES, accepted_summary, engine_file_dtype, tune_accepts
 from moetune.errors import MoetuneError
 
 if TYPE_CHECKING:
     from moetune.extract.quant import QuantInfo
     from moetune.extract.shape import MoEShape
 
-# Kernel dtype strings the engines put in file names (`--dtype` choices besides auto/bf16/fp16).
-ENGINE_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16", "int4_w4a16")
-UNQUANTIZED = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
-DTYPE_CHOICES = ("auto", "bf16", "fp16", *ENGINE_DTYPES)
-# The quantized dtypes `moetune tune` can tune (its kernel runs them): the one list that
-# `tune --dtype` and every "pass --dtype" suggestion use. A dtype joins when the kernel does.
-# Derived from moetune.dtypes.TUNE_DTYPES, the single list (extended with each kernel path).
-TUNABLE_ENGINE_DTYPES = tuple(d for d in TUNE_DTYPES if d not in UNQUANTIZED)
+# The unquantized kernel dtypes by name and by torch name, to the activations' torch name.
+UNQUANTIZED = {
+    alias: spec.activation_dtype
+    for spec in DTYPES
+    if not spec.quantized
+    for alias in (spec.name, spec.activation_dtype)
+}
+# `--dtype` choices (extract and tune): auto and every kernel dtype, from moetune.dtypes.
+DTYPE_CHOICES = ("auto", *DTYPES.names())
 
 # Used when no GPU is visible; the CLI says so and `--device-name` overrides it.
 FALLBACK_DEVICE_NAME = "NVIDIA H200"
@@ -79,7 +80,7 @@ class KernelDtype:
     @property
     def name(self) -> str:
         """The kernel dtype in one word: the file-name dtype, else ``bf16`` or ``fp16``."""
-        return self.engine_dtype or ("fp16" if self.activation_dtype == "float16" else "bf16")
+        return self.engine_dtype or DTYPES.unquantized(self.activation_dtype).name
 
     def variant(self) -> str:
         """``int4_w4a16 group 128``, ``fp8_w8a8 per-channel``, ``bf16``..."""
@@ -97,13 +98,11 @@ class KernelDtype:
 
     def tune_refusal(self) -> str | None:
         """Why `moetune tune` cannot time this kernel (naming what it accepts), or None."""
-        block = bool(self.block_shape and all(self.block_shape))
         if tune_accepts(
             self.engine_dtype,
             per_channel=self.per_channel,
             static_activations=self.static_activations,
-            block=block,
-            group=bool(self.block_shape and not self.block_shape[0] and self.block_shape[1]),
+            block_shape=self.block_shape,
         ):
             return None
         source = f" ({self.label})" if self.label else ""
@@ -126,10 +125,11 @@ def resolve_kernel_dtype(
     NVFP4) keep the unquantized names and say so. Without `quant`, ``auto``
     only knows ``quant_method: fp8``.
     """
-    activation = "float16" if shape.dtype == "float16" else "bfloat16"
+    activation = DTYPES.unquantized(shape.dtype).activation_dtype
     if requested in UNQUANTIZED:
         return KernelDtype(None, UNQUANTIZED[requested], None, f"--dtype {requested}")
-    if requested in ENGINE_DTYPES:
+    spec = DTYPES.get(requested)
+    if spec is not None and spec.quantized:
         # The checkpoint's own group of that dtype (mixed precision: any expert group)
         # brings its block/group shape and scale layout.
         groups = quant.expert_groups if quant is not None else ()
@@ -144,7 +144,7 @@ def resolve_kernel_dtype(
                 static_activations=match.static_activations,
                 label=match.label,
             )
-        block = shape.weight_block_size if requested == "fp8_w8a8" else None
+        block = shape.weight_block_size if spec.block_quant else None
         return KernelDtype(requested, activation, block, f"--dtype {requested}")
     if requested != "auto":
         raise MoetuneError(
@@ -167,7 +167,7 @@ def resolve_kernel_dtype(
         note=(
             f"quant_method {method!r}: no rule in quant_rules.yaml names its kernel; the "
             "names shown are the unquantized kernel's. "
-            f"Pass --dtype ({', '.join(TUNABLE_ENGINE_DTYPES)}) to name another."
+            f"Pass --dtype ({', '.join(DTYPES.quantized())}) to name another."
         ),
     )
 
@@ -200,7 +200,7 @@ def _auto_from_quant(
             note=(
                 f"quant_method {method!r} ({experts.label}): no Triton config file; {served}. "
                 "The names shown are the unquantized kernel's (what --dtype bf16 tunes). "
-                f"Pass --dtype ({', '.join(TUNABLE_ENGINE_DTYPES)}) to name another."
+                f"Pass --dtype ({', '.join(DTYPES.quantized())}) to name another."
             ),
             label=experts.label,
         )
@@ -285,8 +285,10 @@ def vllm_config_filename(
     block_shape: tuple[int, int] | list[int] | None = None,
 ) -> str:
     """vLLM's `get_config_file_name`: ``E=..,N=..,device_name=..[,dtype=..][,block_shape=[bn,bk]].json``."""
-    # vLLM's `_get_config_dtype_str` has no int8_w8a8: such a file carries no dtype.
-    dtype_part = f",dtype={dtype}" if dtype and dtype != "int8_w8a8" else ""
+    # vLLM's `_get_config_dtype_str` has no int8_w8a8: such a file carries no dtype
+    # (quant_rules.yaml's `kernels:` table says which).
+    file_dtype = engine_file_dtype("vllm", dtype) if dtype else None
+    dtype_part = f",dtype={file_dtype}" if file_dtype else ""
     block = _block_suffix(block_shape).replace(" ", "")
     return f"E={E},N={N},device_name={vllm_device_name(device_name)}{dtype_part}{block}.json"
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
+from moetune.dtypes import DTYPES
 from moetune.engines.installed import InstalledEngine, find_installed
 from moetune.engines.lookup import Lookup, engine_fallback_table
 from moetune.engines.names import vllm_config_filename
@@ -62,8 +63,8 @@ def default_config(
             "num_warps": 4,
             "num_stages": 4 if thin and M <= 4 else 3,
         }
-    if dtype in ("int4_w4a16", "int8_w8a16") and block_shape is not None:
-        bit = 4 if dtype == "int4_w4a16" else 8
+    if dtype in DTYPES.names("weight_only") and block_shape is not None:
+        bit = DTYPES[dtype].weight_bits
         if _wna16_uses_cuda(M * topk, block_shape[1], E, bit):
             return {"BLOCK_SIZE_M": min(16, _next_power_of_2(M)), "GROUP_SIZE_M": 1, "SPLIT_K": 1}
         block_m = 16 if M <= 20 else 32 if M <= 40 else 64

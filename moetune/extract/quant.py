@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from moetune.dtypes import accepted_summary, tune_accepts
+from moetune.dtypes import accepted_summary, packaged_rules, tune_accepts, variants_of
 from moetune.engines.formats import ENGINES, engine_format
 from moetune.errors import InvalidMappingsError
 
@@ -102,8 +102,7 @@ class QuantGroup:
             self.dtype,
             per_channel=self.per_channel,
             static_activations=self.static_activations,
-            block=bool(self.block_shape and all(self.block_shape)),
-            group=bool(self.block_shape and not self.block_shape[0] and self.block_shape[1]),
+            block_shape=self.block_shape,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,7 +202,8 @@ def load_rules(path: str | None = None) -> Rules:
 
     source = Path(path) if path else rules_path()
     try:
-        data = yaml.safe_load(source.read_text())
+        # The packaged file is parsed once, for these rules and `moetune.dtypes` alike.
+        data = yaml.safe_load(source.read_text()) if path else packaged_rules()
     except (OSError, yaml.YAMLError) as exc:
         raise InvalidMappingsError(f"{source}: cannot read the quantization rules: {exc}") from exc
     with open(rules_schema_path()) as handle:
@@ -575,52 +575,12 @@ def engine_plan(group: QuantGroup, E: int, N: int, device_name: str) -> dict[str
     return plans
 
 
-def engine_file_n(engine: str, N: int, dtype: str | None, rules: Rules | None = None) -> int:
-    """The N `engine` keys its file on for kernel `dtype` and per-rank intermediate size N.
-
-    SGLang keys int4_w4a16 on w2's packed last dim (N // 2, `n_divisor` in
-    quant_rules.yaml); everything else is keyed on N itself.
-    """
-    if dtype is None:
-        return N
-    rules = rules or load_rules()
-    for kernel in rules.kernels.values():
-        files = kernel.get("files")
-        if files and kernel.get("dtype") == dtype and engine in files:
-            return N // files[engine].get("n_divisor", 1)
-    return N
-
-
-def engine_write_refusal(
-    engine: str, dtype: str | None, *, per_channel: bool = False, rules: Rules | None = None
-) -> str | None:
-    """Why tune must not write `engine`'s file for this kernel (None: write it).
-
-    vLLM looks int8_w8a8 configs up under the unquantized name: the rules mark
-    that file `writable: false`, so tune writes only SGLang's.
-    """
-    if dtype is None:
-        return None
-    rules = rules or load_rules()
-    for kernel in rules.kernels.values():
-        files = kernel.get("files")
-        if (
-            files
-            and kernel.get("dtype") == dtype
-            and bool(kernel.get("per_channel")) == per_channel
-            and engine in files
-            and not files[engine].get("writable", True)
-        ):
-            return files[engine].get("why", f"{engine} does not read a {dtype} file")
-    return None
-
-
 def describe_variant(group: QuantGroup) -> str:
     """``int4_w4a16 (group 128)``, ``fp8_w8a8 per-channel``..."""
     text = group.dtype or group.kernel or "unknown"
     if group.block_shape and all(group.block_shape):
         text += f" block {list(group.block_shape)}"
-    elif group.group_size and group.dtype in ("int4_w4a16", "int8_w8a16"):
+    elif group.group_size and any(v.block == "group" for v in variants_of(group.dtype)):
         text += f" group {group.group_size}"
     if group.per_channel:
         text += " per-channel"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from moetune.dtypes import engine_file_n
 from moetune.engines import names
 from moetune.engines.formats import engine_label
 from moetune.engines.names import KernelDtype, resolve_kernel_dtype
@@ -23,7 +24,6 @@ from moetune.extract.quant import (
     QuantInfo,
     describe_variant,
     detect_quantization,
-    engine_file_n,
     engine_plan,
     layer_ranges,
 )

@@ -18,10 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from moetune.dtypes import KERNEL_DTYPES
+from moetune.dtypes import DTYPES
 from moetune.errors import TuneError
-
-DTYPES = KERNEL_DTYPES
 
 # The six keys of one batch-size entry in vLLM's and SGLang's tuned-config files, in their order.
 CONFIG_KEYS = (
@@ -121,11 +119,12 @@ def default_config(
     Returns exactly the six keys of a vLLM/SGLang tuned-config entry.
     """
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES.names())}")
     slots_per_expert = M * top_k / E
-    if dtype in ("fp8_w8a8", "int8_w8a8"):
+    spec = DTYPES[dtype]
+    if spec.quantizes_activations:  # one byte per weight and activation: fp8's heuristic
         return _fp8_config(slots_per_expert, block_shape)
-    if dtype == "int4_w4a16":
+    if spec.gptq_awq:
         return _int4_config(M)
     if slots_per_expert <= 8:
         return _config(16, 64 if E >= 64 else 128, 128, 1, 4, 4)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from moetune.dtypes import DTYPES
 from moetune.errors import MoetuneError
 from moetune.kernel import launch_rules
 from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
@@ -54,7 +55,7 @@ def kernel_dtype(x: torch.Tensor, quant: MoEQuant | None) -> str:
 
 def quantize_activation(a: torch.Tensor, quant: MoEQuant | None):
     """``(a as GEMM input, its scale or None)``: fp8/int8 for w8a8, unchanged otherwise."""
-    if quant is None or quant.dtype not in ("fp8_w8a8", "int8_w8a8"):
+    if quant is None or not DTYPES[quant.dtype].quantizes_activations:
         return a, None
     if quant.per_channel:
         return per_token_quant(a, quant.dtype)
@@ -66,7 +67,7 @@ def quantize_activation(a: torch.Tensor, quant: MoEQuant | None):
 def gemm_launcher(quant: MoEQuant | None):
     """The GEMM launcher for `quant`'s weight layout: `invoke_fused_moe_gemm`, or for int4
     w4a16 an adapter to its own kernel taking the same arguments (see `weight_launch_args`)."""
-    if quant is None or quant.dtype != "int4_w4a16":
+    if quant is None or not DTYPES[quant.dtype].gptq_awq:
         return invoke_fused_moe_gemm
     return _invoke_wna16
 
@@ -88,7 +89,7 @@ def weight_launch_args(quant: MoEQuant | None, zero_points) -> dict:  # noqa: AN
     """The launcher keywords besides the common ones: per_channel, or int4's zero points and group."""
     if quant is None:
         return {}
-    if quant.dtype == "int4_w4a16":
+    if DTYPES[quant.dtype].gptq_awq:
         return dict(w_zp=zero_points, group_size=quant.group_size)
     return dict(per_channel=quant.per_channel)
 

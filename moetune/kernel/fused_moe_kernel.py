@@ -94,14 +94,13 @@ from typing import TYPE_CHECKING
 import triton
 import triton.language as tl
 
+from moetune.dtypes import DTYPES, FUSED_MOE_KERNEL
 from moetune.errors import MoetuneError
 from moetune.kernel.config import CONFIG_KEYS
 
 if TYPE_CHECKING:
     import torch
 
-QUANT_DTYPES = ("fp8_w8a8", "int8_w8a8", "int8_w8a16")  # int4_w4a16: fused_moe_wna16_kernel
-EIGHT_BIT_DOT_DTYPES = ("fp8_w8a8", "int8_w8a8")  # 8-bit tensor-core dots: BLOCK_SIZE_K >= 32
 SWAP_AB_MIN_BLOCK_M = 8  # the token tile is the dot's N side when A and B are swapped
 
 
@@ -395,7 +394,7 @@ def check_config(
         raise MoetuneError(
             "kernel config BLOCK_SIZE_N and BLOCK_SIZE_K must be at least 16 (tl.dot)"
         )
-    if quant_dtype in EIGHT_BIT_DOT_DTYPES and config["BLOCK_SIZE_K"] < 32:
+    if _eight_bit_dots(quant_dtype) and config["BLOCK_SIZE_K"] < 32:
         raise MoetuneError(
             f"{quant_dtype} needs BLOCK_SIZE_K >= 32: Hopper's 8-bit tensor-core dot reduces over 32"
         )
@@ -404,6 +403,17 @@ def check_config(
             f"BLOCK_SIZE_K={config['BLOCK_SIZE_K']} must divide the quantization block's "
             f"K size {block_shape[1]}: one weight scale per K step"
         )
+
+
+def _eight_bit_dots(quant_dtype: str | None) -> bool:
+    """Both operands of the dots are 8-bit (w8a8): Hopper's dot reduces over K 32 at a time."""
+    spec = DTYPES.get(quant_dtype)
+    return spec is not None and spec.quantizes_activations
+
+
+def _quantizations() -> tuple[str, ...]:
+    """The quantized dtypes this kernel runs (int4 w4a16 runs in `fused_moe_wna16_kernel`)."""
+    return DTYPES.names(lambda spec: spec.quantized and spec.engine_kernel == FUSED_MOE_KERNEL)
 
 
 def interpreting() -> bool:
@@ -488,13 +498,14 @@ def invoke_fused_moe_gemm(
 
     from moetune.kernel.tma import SplitConfigError, check_tma_quant, make_descriptor
 
-    if quant_dtype is not None and quant_dtype not in QUANT_DTYPES:
+    if quant_dtype is not None and quant_dtype not in _quantizations():
         raise MoetuneError(
-            f"unknown quantization {quant_dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
+            f"unknown quantization {quant_dtype!r}; expected one of {', '.join(_quantizations())}"
         )
-    if block_shape is not None and quant_dtype != "fp8_w8a8":
+    if block_shape is not None and quant_dtype not in DTYPES.names("block_quant"):
         raise MoetuneError(
-            f"block-quantized weights are implemented for fp8_w8a8 only, not {quant_dtype}"
+            "block-quantized weights are implemented for "
+            f"{', '.join(DTYPES.names('block_quant'))} only, not {quant_dtype}"
         )
     check_config_values(config)
     if swap_ab is None:
@@ -541,7 +552,7 @@ def invoke_fused_moe_gemm(
     use_fp8 = quant_dtype == "fp8_w8a8"
     use_int8_w8a16 = quant_dtype == "int8_w8a16"
     use_int8_w8a8 = quant_dtype == "int8_w8a8"
-    assert not per_channel or quant_dtype in EIGHT_BIT_DOT_DTYPES, (
+    assert not per_channel or quant_dtype in DTYPES.names("per_channel"), (
         "per_channel is for fp8_w8a8 and int8_w8a8"
     )
     assert not use_int8_w8a8 or per_channel, "int8_w8a8 is implemented per channel only"

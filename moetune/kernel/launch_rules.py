@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from moetune.dtypes import DTYPES
+
 # Expert assignment skips alignment when each token slot is likely its own expert.
 NAIVE_SPARSITY = 4
 
@@ -24,7 +26,7 @@ def naive_assignment(
     has no expert map (moetune tunes one rank's experts as the whole set).
     """
     grouped_weight_only = (
-        quant_dtype in ("int8_w8a16", "int4_w4a16")
+        quant_dtype in DTYPES.names("weight_only")
         and block_shape is not None
         and block_shape[1] > 0
     )

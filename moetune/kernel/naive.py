@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from moetune.dtypes import DTYPES
 from moetune.kernel.quant import (
     MoEQuant,
     dequantize_weights,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 def _fake_quant_activation(x: torch.Tensor, quant: MoEQuant | None) -> torch.Tensor:
     """x as the GEMM sees it, in fp32: quantized and dequantized again for w8a8."""
-    if quant is None or quant.dtype not in ("fp8_w8a8", "int8_w8a8"):
+    if quant is None or not DTYPES[quant.dtype].quantizes_activations:
         return x.float()
     if quant.per_channel:
         q, scale = per_token_quant_reference(x, quant.dtype)

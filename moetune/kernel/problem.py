@@ -12,20 +12,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from moetune.dtypes import (
-    ALWAYS_PER_CHANNEL_DTYPES,
-    DEFAULT_INT4_GROUP_SIZE,
-    GROUP_QUANT_DTYPES,
-    KERNEL_DTYPES,
-    QUANT_DTYPES,
-)
+from moetune.dtypes import DTYPES
 from moetune.errors import MoetuneError
 from moetune.kernel.quant import MoEQuant, check_quant_args, quantize_weights
 
 if TYPE_CHECKING:
     import torch
-
-DTYPES = KERNEL_DTYPES
 
 
 @dataclass(frozen=True)
@@ -47,7 +39,8 @@ def activation_dtype(dtype: str):
     """The torch dtype of x and of the output: fp16 for "fp16", bf16 otherwise."""
     import torch
 
-    return torch.float16 if dtype == "fp16" else torch.bfloat16
+    spec = DTYPES.get(dtype)
+    return getattr(torch, spec.activation_dtype if spec is not None else "bfloat16")
 
 
 def _random_weights(shape, std: float, dtype: str, block_shape, generator, device, **quant):
@@ -58,7 +51,7 @@ def _random_weights(shape, std: float, dtype: str, block_shape, generator, devic
     import torch
 
     num_experts, rows, cols = shape
-    if dtype not in QUANT_DTYPES:
+    if not DTYPES[dtype].quantized:
         w = torch.empty(shape, dtype=activation_dtype(dtype), device=device)
         for expert in range(num_experts):
             w[expert] = torch.randn(rows, cols, generator=generator, device=device) * std
@@ -108,19 +101,24 @@ def make_problem(
     """
     import torch
 
-    if dtype not in DTYPES:
-        raise MoetuneError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    spec = DTYPES.get(dtype)
+    if spec is None:
+        raise MoetuneError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES.names())}")
     if not 1 <= top_k <= E:
         raise MoetuneError(f"top_k must be between 1 and E={E}, got {top_k}")
-    if block_shape is not None and dtype != "fp8_w8a8":
-        raise MoetuneError(f"block_shape applies to fp8_w8a8 only, not {dtype}")
-    if dtype in ALWAYS_PER_CHANNEL_DTYPES:
+    if block_shape is not None and not spec.block_quant:
+        raise MoetuneError(
+            f"block_shape applies to {', '.join(DTYPES.names('block_quant'))} only, not {dtype}"
+        )
+    if spec.always_per_channel:
         per_channel = True
-    if dtype in GROUP_QUANT_DTYPES and group_size is None:
-        group_size = DEFAULT_INT4_GROUP_SIZE
-    if zero_point and dtype not in GROUP_QUANT_DTYPES:
-        raise MoetuneError(f"zero points apply to int4_w4a16 only, not {dtype}")
-    if dtype in QUANT_DTYPES:
+    if spec.group_quant and group_size is None:
+        group_size = spec.default_group_size
+    if zero_point and not spec.group_quant:
+        raise MoetuneError(
+            f"zero points apply to {', '.join(DTYPES.names('group_quant'))} only, not {dtype}"
+        )
+    if spec.quantized:
         check_quant_args(dtype, block_shape, per_channel, group_size)
     quant_args = dict(per_channel=per_channel, group_size=group_size, zero_point=zero_point)
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -134,7 +132,7 @@ def make_problem(
         (E, K, N), 1 / math.sqrt(N), dtype, block_shape, generator, device, **quant_args
     )
     quant = None
-    if dtype in QUANT_DTYPES:
+    if spec.quantized:
         quant = MoEQuant(
             dtype,
             w1_scale,

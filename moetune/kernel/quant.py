@@ -35,12 +35,7 @@ from typing import TYPE_CHECKING
 import triton
 import triton.language as tl
 
-from moetune.dtypes import (
-    ALWAYS_PER_CHANNEL_DTYPES,
-    GROUP_QUANT_DTYPES,
-    PER_CHANNEL_DTYPES,
-    QUANT_DTYPES,
-)
+from moetune.dtypes import DTYPES
 from moetune.errors import MoetuneError
 from moetune.kernel.fused_moe_kernel import interpreting
 
@@ -78,8 +73,11 @@ class MoEQuant:
         check_quant_args(self.dtype, self.block_shape, self.per_channel, self.group_size)
         if (self.w1_zp is None) != (self.w2_zp is None):
             raise MoetuneError("zero points must be given for both w1 and w2, or neither")
-        if self.w1_zp is not None and self.dtype not in GROUP_QUANT_DTYPES:
-            raise MoetuneError(f"zero points apply to int4_w4a16 only, not {self.dtype}")
+        if self.w1_zp is not None and not DTYPES[self.dtype].group_quant:
+            raise MoetuneError(
+                f"zero points apply to {', '.join(DTYPES.names('group_quant'))} only, "
+                f"not {self.dtype}"
+            )
         if self.block_shape is not None:
             object.__setattr__(self, "block_shape", tuple(self.block_shape))
 
@@ -90,7 +88,7 @@ class MoEQuant:
     @property
     def pack_factor(self) -> int:
         """Weight elements per stored element along the input dimension (2 for int4)."""
-        return 2 if self.dtype == "int4_w4a16" else 1
+        return DTYPES[self.dtype].pack_factor
 
 
 def check_quant_args(
@@ -100,25 +98,29 @@ def check_quant_args(
     group_size: int | None = None,
 ) -> None:
     """Raise `MoetuneError` unless the quantization options fit `dtype`."""
-    if dtype not in QUANT_DTYPES:
+    spec = DTYPES.get(dtype)
+    if spec is None or not spec.quantized:
         raise MoetuneError(
-            f"unknown quantization {dtype!r}; expected one of {', '.join(QUANT_DTYPES)}"
+            f"unknown quantization {dtype!r}; expected one of {', '.join(DTYPES.quantized())}"
         )
-    if block_shape is not None and dtype != "fp8_w8a8":
+    if block_shape is not None and not spec.block_quant:
         raise MoetuneError(
-            f"block-quantized weights are implemented for fp8_w8a8 only, not {dtype}"
+            "block-quantized weights are implemented for "
+            f"{', '.join(DTYPES.names('block_quant'))} only, not {dtype}"
         )
-    if per_channel and dtype not in PER_CHANNEL_DTYPES:
+    if per_channel and not spec.per_channel:
         raise MoetuneError(
-            f"per-channel quantization applies to {', '.join(PER_CHANNEL_DTYPES)}, not {dtype}"
+            f"per-channel quantization applies to {', '.join(DTYPES.names('per_channel'))}, "
+            f"not {dtype}"
         )
     if per_channel and block_shape is not None:
         raise MoetuneError("fp8 weights are either block-quantized or per-channel, not both")
-    if dtype in ALWAYS_PER_CHANNEL_DTYPES and not per_channel:
+    if spec.always_per_channel and not per_channel:
         raise MoetuneError(f"{dtype} is implemented per channel only (per_channel=True)")
-    if (group_size is not None) != (dtype in GROUP_QUANT_DTYPES):
+    if (group_size is not None) != spec.group_quant:
         raise MoetuneError(
-            f"a group size goes with {', '.join(GROUP_QUANT_DTYPES)} (and is required there); "
+            f"a group size goes with {', '.join(DTYPES.names('group_quant'))} "
+            "(and is required there); "
             f"got dtype {dtype} with group size {group_size}"
         )
     if group_size is not None and (
@@ -142,19 +144,19 @@ def quantize_weights(
     """
     import torch
 
-    if dtype == "int8_w8a16" and block_shape is not None:
-        raise MoetuneError(
-            "int8_w8a16 with block (group) scales is not implemented; use per-channel"
-        )
+    spec = DTYPES.get(dtype)
+    if block_shape is not None and spec is not None and spec.weight_only and not spec.group_quant:
+        # Weight-only checkpoints may carry group scales; the kernel runs this one per channel.
+        raise MoetuneError(f"{dtype} with block (group) scales is not implemented; use per-channel")
     check_quant_args(dtype, block_shape, per_channel, group_size)
-    if dtype == "int4_w4a16":
+    if spec.weight_bits == 4:
         from moetune.kernel.quant_wna16 import quantize_int4
 
         qweight, scale, _ = quantize_int4(w, group_size)
         return qweight, scale
     w = w.float()
     num_experts, rows, cols = w.shape
-    if dtype in ("int8_w8a16", "int8_w8a8"):
+    if spec.integer:  # int8, one scale per output channel
         scale = w.abs().amax(dim=2).clamp(min=AMAX_EPS) / INT8_MAX
         quantized = torch.round(w / scale[:, :, None]).clamp(-INT8_MAX - 1, INT8_MAX).to(torch.int8)
         return quantized, scale
@@ -329,11 +331,12 @@ def per_token_quant_reference(x: torch.Tensor, dtype: str) -> tuple[torch.Tensor
     """
     import torch
 
-    qmax = INT8_MAX if dtype == "int8_w8a8" else FP8_MAX
+    to_int = DTYPES[dtype].integer
+    qmax = INT8_MAX if to_int else FP8_MAX
     xf = x.float()
     scale = xf.abs().amax(dim=1, keepdim=True).clamp(min=AMAX_EPS) / qmax
     q = xf / scale
-    if dtype == "int8_w8a8":
+    if to_int:
         q = (torch.sign(q) * torch.floor(q.abs() + 0.5)).clamp(-qmax - 1, qmax)
         return q.to(torch.int8), scale
     return q.clamp(-qmax, qmax).to(torch.float8_e4m3fn), scale
@@ -386,9 +389,10 @@ def per_token_quant(x: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Te
     import torch
 
     assert x.dim() == 2 and x.stride(1) == 1, "x must be 2-D with contiguous rows"
-    assert dtype in PER_CHANNEL_DTYPES, f"per-token quantization is for {PER_CHANNEL_DTYPES}"
+    per_token = DTYPES.names("per_channel")
+    assert dtype in per_token, f"per-token quantization is for {per_token}"
     rows, cols = x.shape
-    to_int = dtype == "int8_w8a8"
+    to_int = DTYPES[dtype].integer
     quantized = torch.empty(
         rows, cols, dtype=torch.int8 if to_int else torch.float8_e4m3fn, device=x.device
     )

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moetune.dtypes import DTYPES, engine_file_n
 from moetune.engines import sglang, vllm
 from moetune.engines.formats import engine_label
 from moetune.engines.lookup import load_table, nearest_row, timeable
 from moetune.engines.tuned_file import load_tuned_file
 from moetune.errors import MoetuneError
-from moetune.extract.quant import engine_file_n
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
 from moetune.tune.problem import TuneProblem
@@ -50,7 +50,7 @@ class Baseline:
 
 
 def engine_dtype(problem: TuneProblem) -> str | None:
-    return None if problem.dtype in ("bf16", "fp16") else problem.dtype
+    return DTYPES[problem.dtype].quant_dtype
 
 
 def _candidate(config: dict[str, Any]) -> Candidate | None:

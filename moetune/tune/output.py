@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moetune.dtypes import DTYPES, engine_file_n, engine_write_refusal
 from moetune.engines.formats import ENGINES, engine_format
 from moetune.engines.tables import TunedConfigError, check_entry
 from moetune.engines.tuned_file import (
@@ -31,14 +32,12 @@ from moetune.tune.search.split import SplitResult, single_entries, split_entries
 
 def _engine_dtype(problem: TuneProblem) -> str | None:
     """The dtype string in the engines' file names: none for unquantized bf16/fp16."""
-    return None if problem.dtype in ("bf16", "fp16") else problem.dtype
+    return DTYPES[problem.dtype].quant_dtype
 
 
 def skipped_engines(problem: TuneProblem) -> dict[str, str]:
     """Engines that get no file for `problem`, each with the one-line reason (from the
     quantization rules: vLLM looks int8_w8a8 up under the unquantized file name)."""
-    from moetune.extract.quant import engine_write_refusal
-
     reasons = {
         engine: engine_write_refusal(engine, problem.dtype, per_channel=problem.per_channel)
         for engine in ENGINES
@@ -48,8 +47,6 @@ def skipped_engines(problem: TuneProblem) -> dict[str, str]:
 
 def _name_args(engine: str, problem: TuneProblem, device_name: str) -> tuple:
     """What `engine`'s file name is made of for `problem` (`moetune.engines.tuned_file`)."""
-    from moetune.extract.quant import engine_file_n  # SGLang keys int4 on N // 2
-
     dtype = _engine_dtype(problem)
     N = engine_file_n(engine, problem.intermediate_size, dtype)
     return (problem.num_experts, N, device_name, dtype, problem.block_shape)

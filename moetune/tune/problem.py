@@ -14,24 +14,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moetune.dtypes import (
-    ALWAYS_PER_CHANNEL_DTYPES,
-    GROUP_QUANT_DTYPES,
-    KERNEL_REVISIONS,
-    PER_CHANNEL_DTYPES,
-    TUNE_BLOCK_DTYPES,
-)
-from moetune.dtypes import TUNE_DTYPES as _TUNE_DTYPES
+from moetune.dtypes import DTYPES
 from moetune.engines.launch import KernelRef
 from moetune.errors import TuneError
 
 if TYPE_CHECKING:
     from moetune.extract.shape import ShardedShape
-
-# Kernel dtype strings the tuner accepts, as the engines spell them ("bf16"/"fp16" unquantized),
-# and those with a block-quantized path: one list for extract and tune, in moetune/dtypes.py.
-TUNE_DTYPES = _TUNE_DTYPES
-BLOCK_QUANT_DTYPES = TUNE_BLOCK_DTYPES
 
 # `TuneProblem.key()` read back: the inverse of its format, field by field.
 KEY_PATTERN = re.compile(
@@ -78,14 +66,14 @@ class TuneProblem:
             raise TuneError(
                 f"top_k ({self.top_k}) cannot exceed the experts on this rank ({self.num_experts})"
             )
-        if self.dtype not in TUNE_DTYPES:
+        if self.dtype not in DTYPES:
             raise TuneError(
-                f"unknown dtype {self.dtype!r}; expected one of {', '.join(TUNE_DTYPES)}"
+                f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES.names())}"
             )
         if self.block_shape is not None:
-            if self.dtype not in BLOCK_QUANT_DTYPES:
+            if not DTYPES[self.dtype].block_quant:
                 raise TuneError(
-                    f"block_shape {list(self.block_shape)} needs dtype fp8_w8a8, got {self.dtype}"
+                    f"block_shape {list(self.block_shape)} needs dtype {', '.join(DTYPES.names('block_quant'))}, got {self.dtype}"
                 )
             block = tuple(self.block_shape) if isinstance(self.block_shape, (list, tuple)) else ()
             if len(block) != 2 or not all(isinstance(v, int) and v > 0 for v in block):
@@ -96,16 +84,17 @@ class TuneProblem:
         self._check_quant_details()
 
     def _check_quant_details(self) -> None:
-        if self.per_channel and self.dtype not in PER_CHANNEL_DTYPES:
+        spec = DTYPES[self.dtype]
+        if self.per_channel and not spec.per_channel:
             raise TuneError(
-                f"per-channel quantization applies to {', '.join(PER_CHANNEL_DTYPES)}, "
+                f"per-channel quantization applies to {', '.join(DTYPES.names('per_channel'))}, "
                 f"not {self.dtype}"
             )
         if self.per_channel and self.block_shape is not None:
             raise TuneError("fp8 weights are either block-quantized or per-channel, not both")
-        if self.dtype in ALWAYS_PER_CHANNEL_DTYPES and not self.per_channel:
+        if spec.always_per_channel and not self.per_channel:
             raise TuneError(f"{self.dtype} is tuned per channel only (per_channel=True)")
-        if self.dtype in GROUP_QUANT_DTYPES:
+        if spec.group_quant:
             size = self.group_size
             if isinstance(size, bool) or not isinstance(size, int) or size < 2 or size % 2:
                 raise TuneError(
@@ -115,7 +104,7 @@ class TuneProblem:
                 raise TuneError(f"{self.dtype} packs two weights per byte: K and N must be even")
         elif self.group_size is not None or self.has_zp:
             raise TuneError(
-                f"a group size and zero points go with {', '.join(GROUP_QUANT_DTYPES)}, "
+                f"a group size and zero points go with {', '.join(DTYPES.names('group_quant'))}, "
                 f"not {self.dtype}"
             )
 
@@ -199,8 +188,9 @@ class TuneProblem:
             key += ",per_channel"
         if self.group_size is not None:
             key += f",group_size={self.group_size}" + (",zp" if self.has_zp else "")
-        if self.dtype in KERNEL_REVISIONS:
-            key += f",kernel_rev={KERNEL_REVISIONS[self.dtype]}"
+        revision = DTYPES[self.dtype].kernel_revision
+        if revision is not None:
+            key += f",kernel_rev={revision}"
         if self.routing_digest is not None:
             key += f",routing={self.routing_digest}"
         if self.kernel is not None:

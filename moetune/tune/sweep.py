@@ -109,7 +109,7 @@ def problem_of(shard: LayoutShard, quant_options: dict[str, Any] | None = None) 
     """The kernel problem one rank of this layout runs (`quant_options`: --group-size,
     --per-channel-quant over the checkpoint's quantization)."""
     kernel = shard.kernel_dtype
-    dtype = kernel.engine_dtype or ("fp16" if kernel.activation_dtype == "float16" else "bf16")
+    dtype = kernel.name
     quant = quant_details(quant_options or {}, kernel, dtype)
     return TuneProblem.from_sharded(shard.sharded, dtype, **quant)
 
@@ -166,7 +166,7 @@ class Estimate:
 
 def long_timing_seconds(problem: TuneProblem, batch_size: int) -> float:
     """Least seconds of one whole-call timing at `batch_size` on an H200: its calls' time."""
-    from moetune.roofline import PEAK_KIND, moe_roofline
+    from moetune.roofline import moe_roofline, peak_kind
     from moetune.tune.measure.timing import FIDELITIES
 
     full = FIDELITIES["full"]
@@ -181,7 +181,7 @@ def long_timing_seconds(problem: TuneProblem, batch_size: int) -> float:
         problem.engine_block_shape,
         per_channel=problem.per_channel,
     )
-    peak = H200_PEAK_FLOPS[PEAK_KIND.get(problem.dtype, "bf16")]
+    peak = H200_PEAK_FLOPS[peak_kind(problem.dtype)]
     return calls * CALL_OVER_FLOOR * roof.floor_seconds(H200_READ_BYTES_PER_S, peak)
 
 

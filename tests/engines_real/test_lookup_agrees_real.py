@@ -28,10 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from moetune.dtypes import engine_file_n
 from moetune.engines import sglang, vllm
 from moetune.engines.lookup import ENGINE_BATCH_SIZES, load_table, nearest_row
 from moetune.engines.names import sglang_config_filename, vllm_config_filename
-from moetune.extract.quant import engine_file_n
 
 pytestmark = pytest.mark.engines
 

@@ -242,7 +242,7 @@ def test_sglang_down_suffix_comes_after_per_channel_quant():
 
 # What each engine looks up for each quantized kernel (quant_rules.yaml `kernels`):
 # (dtype, block_shape, per_channel) -> vLLM name, SGLang name, for the N each engine keys on
-# (SGLang keys int4 on N // 2: extract.quant.engine_file_n; tested in test_quant_rules.py).
+# (SGLang keys int4 on N // 2: dtypes.engine_file_n; tested in test_quant_rules.py).
 @pytest.mark.parametrize(
     "dtype, block, per_channel, vllm, sglang",
     [

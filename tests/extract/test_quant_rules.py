@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from moetune.dtypes import engine_file_n, engine_write_refusal
 from moetune.errors import InvalidMappingsError
 from moetune.extract.quant import (
     detect_quantization,
-    engine_file_n,
     engine_plan,
-    engine_write_refusal,
     layer_ranges,
     load_rules,
     module_matches,

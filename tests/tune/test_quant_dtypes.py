@@ -4,12 +4,12 @@ default configs and the engines' file names."""
 import pytest
 
 from moetune.device import DeviceLimits
-from moetune.dtypes import KERNEL_DTYPES
+from moetune.dtypes import DTYPES
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate, default_config
-from moetune.roofline import WEIGHT_BYTES, moe_roofline
+from moetune.roofline import moe_roofline
 from moetune.tune.output import engine_file_path, skipped_engines
-from moetune.tune.problem import TUNE_DTYPES, TuneProblem
+from moetune.tune.problem import TuneProblem
 from moetune.tune.search.space import default_space, prune
 
 H200 = DeviceLimits.h200()
@@ -17,8 +17,11 @@ INT4 = TuneProblem(128, 768, 2048, 8, "int4_w4a16", group_size=128)
 
 
 def test_every_kernel_dtype_is_tunable():
-    assert TUNE_DTYPES == KERNEL_DTYPES
-    assert {"int4_w4a16", "int8_w8a8"} <= set(TUNE_DTYPES)
+    for dtype in DTYPES.names():
+        quant = {"per_channel": True} if DTYPES[dtype].always_per_channel else {}
+        group = {"group_size": 128} if DTYPES[dtype].group_quant else {}
+        assert TuneProblem(128, 768, 2048, 8, dtype, **quant, **group).dtype == dtype
+    assert {"int4_w4a16", "int8_w8a8"} <= set(DTYPES.names())
 
 
 def test_keys_carry_the_quantization_details():
@@ -107,7 +110,7 @@ def test_roofline_rows_for_the_new_dtypes():
     # int8_w8a8 runs per channel: one fp32 scale per output channel of w1 and of w2.
     per_channel = moe_roofline(m, e, n, k, top_k, "int8_w8a8", per_channel=True)
     assert per_channel.bytes - int8.bytes == pytest.approx(8 * ((2 * n + k) - 2) * 4)
-    assert WEIGHT_BYTES["int4_w4a16"] == 0.5
+    assert DTYPES["int4_w4a16"].weight_bytes == 0.5
 
 
 def test_default_configs_for_the_new_dtypes():
@@ -163,10 +166,11 @@ def test_options_take_the_engines_group_block_shape_as_the_group_size():
 def test_tune_accepts_what_the_kernel_implements():
     from moetune.dtypes import tune_accepts
 
-    assert tune_accepts("int4_w4a16", group=True)
+    assert tune_accepts("int4_w4a16", block_shape=(0, 128))
     assert tune_accepts("int8_w8a8", per_channel=True)
-    assert tune_accepts("fp8_w8a8", per_channel=True) and tune_accepts("fp8_w8a8", block=True)
-    assert not tune_accepts("int8_w8a16", group=True)
+    assert tune_accepts("fp8_w8a8", per_channel=True)
+    assert tune_accepts("fp8_w8a8", block_shape=(128, 128))
+    assert not tune_accepts("int8_w8a16", block_shape=(0, 128))
     assert not tune_accepts("fp8_w8a8", static_activations=True)
     assert not tune_accepts("nvfp4")
 

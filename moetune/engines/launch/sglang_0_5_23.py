@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from moetune.dtypes import DTYPES
+
 ENGINE = "sglang"
 RELEASE = "0.5.23"
 KERNEL = "fused_moe_kernel"
@@ -47,8 +49,9 @@ def swap_ab(config: dict, quant_dtype: str | None, capability: tuple[int, int] |
 
 def refusal(config: dict, quant_dtype: str | None) -> str | None:
     """Why SGLang 0.5.23's kernel cannot run `config`, or None."""
-    if quant_dtype == "int4_w4a16":
-        return "SGLang runs int4 w4a16 in fused_moe_kernel_gptq_awq, not fused_moe_kernel"
+    if quant_dtype in DTYPES.names("gptq_awq"):
+        what = quant_dtype.replace("_", " ")
+        return f"SGLang runs {what} in fused_moe_kernel_gptq_awq, not fused_moe_kernel"
     return None
 
 

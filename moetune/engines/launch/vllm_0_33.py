@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from moetune.dtypes import DTYPES
 from moetune.kernel.launch_rules import NAIVE_SPARSITY, naive_assignment, swap_ab
 
 ENGINE = "vllm"
@@ -33,8 +34,9 @@ def refusal(config: dict, quant_dtype: str | None) -> str | None:
     """Why vLLM 0.33's kernel cannot run `config`, or None."""
     if config.get("USE_TMA"):
         return "vLLM's fused_moe_kernel has no TMA path (USE_TMA is SGLang's)"
-    if quant_dtype == "int4_w4a16":
-        return "vLLM runs int4 w4a16 in fused_moe_kernel_gptq_awq, not fused_moe_kernel"
+    if quant_dtype in DTYPES.names("gptq_awq"):
+        what = quant_dtype.replace("_", " ")
+        return f"vLLM runs {what} in fused_moe_kernel_gptq_awq, not fused_moe_kernel"
     return None
 
 
@@ -88,7 +90,7 @@ def launch(
         em = num_slots * bm
     n, k = w.shape[1], w.shape[2]
     block_k = config["BLOCK_SIZE_K"]
-    if block_shape is not None and quant_dtype in ("fp8_w8a8", "int8_w8a8"):
+    if block_shape is not None and quant_dtype in DTYPES.names("quantizes_activations"):
         block_k = min(block_k, min(block_shape))
     if a_scale is not None and a_scale.ndim == 0:
         a_scale = a_scale.reshape(1)

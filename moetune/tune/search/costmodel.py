@@ -47,20 +47,15 @@ import functools
 import math
 
 from moetune.device import DeviceLimits
+from moetune.dtypes import DTYPES
 from moetune.kernel.config import Candidate
-from moetune.roofline import ACT_BYTES, WEIGHT_BYTES, expected_experts_hit
+from moetune.roofline import expected_experts_hit
 from moetune.tune.problem import TuneProblem
 
 HBM_BYTES_PER_S = 4.0e12
-# int8 w8a8 runs int8 tensor-core dots (Hopper: the fp8 rate); int4 w4a16 dequantizes to bf16.
-DENSE_FLOPS_PER_S = {
-    "bf16": 750e12,
-    "fp16": 750e12,
-    "fp8_w8a8": 1500e12,
-    "int8_w8a16": 750e12,
-    "int8_w8a8": 1500e12,
-    "int4_w4a16": 750e12,
-}
+# By the dtype's `peak_kind`: int8 w8a8 runs int8 tensor-core dots (Hopper: the fp8 rate);
+# weight-only dtypes (int8 w8a16, int4 w4a16) dequantize to bf16.
+DENSE_FLOPS_PER_S = {"bf16": 750e12, "fp8": 1500e12, "int8": 1500e12}
 MEMORY_LATENCY_S = 1.0e-6
 MAX_WARPS_PER_SM = 64
 REGISTERS_PER_SM = 65_536
@@ -76,7 +71,6 @@ DEQUANT_REGISTERS_PER_ELEMENT = 2.5  # code (32-bit), scale (32-bit), bf16 resul
 # tile can feed the dot: a round trip the SM does not hide (fitted: BLOCK_SIZE_K 256
 # runs up to 10 % faster than 128 at small BLOCK_SIZE_M on the H200).
 DEQUANT_STEP_CYCLES = 150
-DEQUANT_DTYPES = ("int4_w4a16",)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -179,7 +173,8 @@ def predicted_gemm_seconds(
         raise ValueError(f"gemm must be one of {', '.join(GEMMS)}, got {gemm!r}")
     hit = max(expected_experts_hit(batch_size, problem.num_experts, problem.top_k), 1.0)
     tokens = batch_size * problem.top_k / hit
-    dequant = problem.dtype in DEQUANT_DTYPES
+    spec = DTYPES[problem.dtype]
+    dequant = spec.gptq_awq  # the dequantization term of the GPTQ/AWQ kernel (int4 w4a16)
     if dequant:
         row_blocks = expected_row_blocks(
             batch_size, problem.num_experts, problem.top_k, candidate.BLOCK_SIZE_M
@@ -188,8 +183,8 @@ def predicted_gemm_seconds(
     else:
         row_blocks = hit * math.ceil(tokens / candidate.BLOCK_SIZE_M)
         tokens_per_block = tokens / math.ceil(tokens / candidate.BLOCK_SIZE_M)
-    flops = DENSE_FLOPS_PER_S[problem.dtype]
-    a_bytes, w_bytes = ACT_BYTES[problem.dtype], WEIGHT_BYTES[problem.dtype]
+    flops = DENSE_FLOPS_PER_S[spec.peak_kind]
+    a_bytes, w_bytes = spec.activation_bytes, spec.weight_bytes
     common = dict(
         row_blocks=row_blocks,
         tokens_per_block=tokens_per_block,

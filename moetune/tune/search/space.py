@@ -25,10 +25,10 @@ from typing import Any
 import yaml
 
 from moetune.device import DeviceLimits
+from moetune.dtypes import DTYPES
 from moetune.engines.lookup import ENGINE_BATCH_SIZES
 from moetune.errors import TuneError
 from moetune.kernel.config import CONFIG_KEYS, SWAP_AB_BLOCK_M, Candidate
-from moetune.roofline import ACT_BYTES, WEIGHT_BYTES
 from moetune.tune.problem import TuneProblem
 
 PARAM_NAMES = CONFIG_KEYS  # the engines' six keys, in their order
@@ -199,8 +199,6 @@ class PruneContext:
 
 # Hopper's tensor-core paths: Triton uses wgmma for tiles of 64 rows and more, mma.sync below.
 WGMMA_MIN_BLOCK_M = 64
-# Dtypes whose wgmma pipelining was checked (see `shared_memory_lower_bound`).
-_WGMMA_CHECKED_DTYPES = ("bf16", "fp16", "fp8_w8a8")
 
 
 def pipeline_buffers(
@@ -219,7 +217,7 @@ def pipeline_buffers(
     hopper = limits is not None and limits.compute_capability == (9, 0)
     if (
         hopper
-        and problem.dtype in _WGMMA_CHECKED_DTYPES
+        and DTYPES[problem.dtype].wgmma_stages_seen
         and candidate.BLOCK_SIZE_M >= WGMMA_MIN_BLOCK_M
     ):
         return candidate.num_stages
@@ -235,8 +233,8 @@ def shared_memory_lower_bound(
     activations) and one B tile (BLOCK_SIZE_K x BLOCK_SIZE_N weights). The
     epilogue's scratch and the scale tiles of quantized kernels only add to it.
     """
-    a_bytes = ACT_BYTES[problem.dtype]
-    w_bytes = WEIGHT_BYTES[problem.dtype]
+    a_bytes = DTYPES[problem.dtype].activation_bytes
+    w_bytes = DTYPES[problem.dtype].weight_bytes
     m, n, k = candidate.BLOCK_SIZE_M, candidate.BLOCK_SIZE_N, candidate.BLOCK_SIZE_K
     per_stage = m * k * a_bytes + k * n * w_bytes
     return int(pipeline_buffers(candidate, problem, limits) * per_stage)  # int4: half bytes
@@ -288,7 +286,7 @@ def rule_eight_bit_dot(candidates: list[Candidate], ctx: PruneContext) -> list[C
     refuses a narrower one (`moetune.kernel.fused_moe_kernel.check_config` refuses
     it on every machine), so such a candidate cannot run. The default grid has none.
     """
-    if ctx.problem.dtype not in ("fp8_w8a8", "int8_w8a8"):
+    if not DTYPES[ctx.problem.dtype].quantizes_activations:
         return candidates
     return [c for c in candidates if c.BLOCK_SIZE_K >= 32]
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moetune.device import DeviceLimits
+from moetune.dtypes import DTYPES
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
@@ -89,10 +90,9 @@ class SearchedPair:
 
 def _tma_operands(problem: Any, gemm: str, bm: int, bn: int, bk: int) -> list[tuple]:
     """(name, shape, strides, element bytes, box) of each operand `gemm` reads through TMA."""
-    from moetune.roofline import ACT_BYTES, WEIGHT_BYTES
-
+    spec = DTYPES[problem.dtype]
     e, n, k = problem.num_experts, problem.intermediate_size, problem.hidden_size
-    w_bytes, a_bytes = WEIGHT_BYTES[problem.dtype], ACT_BYTES[problem.dtype]
+    w_bytes, a_bytes = spec.weight_bytes, spec.activation_bytes
     if gemm == "up":  # w1 [E, 2N, K]; the tokens are gathered, not read through TMA
         return [("w1", (e, 2 * n, k), (2 * n * k, k, 1), w_bytes, (1, bn, bk))]
     # down: the sorted activation [rows, N] and w2 [E, K, N]
@@ -112,7 +112,7 @@ def tma_rule_out(problem: Any, gemm: str, candidate: Candidate | None = None) ->
     """
     from moetune.kernel.tma import SplitConfigError, check_tma_operand, check_tma_quant
 
-    quant = None if problem.dtype in ("bf16", "fp16") else problem.dtype
+    quant = DTYPES[problem.dtype].quant_dtype
     try:
         check_tma_quant(quant, problem.block_shape)
         tiles = (
