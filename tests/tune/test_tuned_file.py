@@ -84,7 +84,7 @@ def test_passing_the_down_table_itself_names_the_main_file(tmp_path):
     "entry, message",
     [
         (row(16, USE_TMA="yes"), "config \"USE_TMA\": 'yes' is not of type 'boolean'"),
-        (row(16, SPLIT_K=2), "Additional properties are not allowed \\('SPLIT_K'"),
+        (row(16, SPLIT_N=2), "Additional properties are not allowed \\('SPLIT_N'"),
         ({"BLOCK_SIZE_M": 16}, "'BLOCK_SIZE_N' is a required property"),
         (row(16, kpack=2), "unknown key\\(s\\) kpack"),  # ROCm's: in the schema, not timed here
     ],
