@@ -31,7 +31,7 @@ VLLM_NAME = "E=4,N=32,device_name=NVIDIA_H200.json"
 
 
 SIX = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-KNOWN = {*SIX, "USE_TMA", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "SPLIT_K"}
+KNOWN = {*SIX, "USE_TMA", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "SPLIT_K", "num_ctas"}
 # An engine reads an entry without num_warps/num_stages (Triton's launch defaults apply).
 REQUIRED = SIX[:4]
 TILES = (16, 32, 64, 128, 256, 512, 1024)
@@ -316,8 +316,9 @@ def test_an_entry_without_warps_or_stages_reads_as_the_engine_launches_it(tmp_pa
     # SGLang 0.5.23 ships triton_3_7_1 files like this; Triton's launch defaults fill the gap.
     row = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
     path = tmp_path / VLLM_NAME
-    path.write_bytes(raw({"1": row, "64": {**row, "num_warps": 8}}))
-    assert read_table(path) == {1: row, 64: {**row, "num_warps": 8}}
+    wide = {**row, "num_warps": 8, "num_ctas": 1, "SPLIT_K": 1}  # keys shipped files carry
+    path.write_bytes(raw({"1": row, "64": wide}))
+    assert read_table(path) == {1: row, 64: wide}
     tuned = load_tuned_file(path)
     assert [c.short() for c, _ in tuned.up.values()] == [
         "M16 N64 K128 G1 w4 s3",

@@ -54,11 +54,14 @@ def down_table_path(path: Path) -> Path:
 def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
     """One checked row (`read_table`) as the engine launches it: the six kernel keys
     (``num_warps``/``num_stages`` absent: Triton's launch defaults), ``USE_TMA`` (false when
-    absent); ``SPLIT_K`` (a constexpr vLLM's kernel declares and never reads) is dropped; ROCm's extra keys are refused."""
+    absent). ``SPLIT_K`` (a constexpr vLLM's kernel declares and never reads) and
+    ``num_ctas`` 1 (Triton's default) are dropped; ROCm's extra keys are refused."""
     tma = bool(value.get("USE_TMA", False))
     rest = {**TRITON_LAUNCH_DEFAULTS, **value}
     for ignored in ("USE_TMA", "SPLIT_K"):
         rest.pop(ignored, None)
+    if rest.get("num_ctas") == 1:
+        del rest["num_ctas"]
     try:
         return Candidate.from_config(rest), tma
     except MoetuneError as exc:
