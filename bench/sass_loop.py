@@ -155,10 +155,11 @@ def captured_launches(path: str, config: dict, *, down: bool, M: int) -> dict:
     """{"vllm": (grid, args, kwargs), "moetune": ...}: what each launcher passes its kernel."""
     import moetune.kernel.fused_moe_kernel as twin
     from moetune.engines.launch import vllm_0_33
+    from moetune.engines.launch.common import GemmCall
 
     launch = gemm_launch(path, config, down=down, M=M)
     vllm = _Capture()
-    vllm_0_33.launch(vllm, **launch, capability=SM90)
+    vllm_0_33.launch(vllm, GemmCall(**launch), capability=SM90)
     kernel, capability = twin.fused_moe_kernel, twin.device_capability
     twin.fused_moe_kernel, twin.device_capability = _Capture(), lambda tensor: SM90
     try:

@@ -9,17 +9,19 @@ from typing import Any
 import click
 
 from moetune.commands.options import (
-    MAX_TIMEOUT_S,
-    GpuList,
-    Seconds,
     batch_size_option,
     batch_sizes_of,
+    compare_dir_option,
     default_compile_workers,
+    engine_option,
+    gpus_option,
+    kernel_option,
     model_options,
     problem_from_options,
+    timeout_option,
     worker_devices,
 )
-from moetune.engines.launch import BENCHMARK_KERNEL_HELP, KERNEL_CHOICES
+from moetune.engines.launch import BENCHMARK_KERNEL_HELP
 from moetune.errors import MoetuneError
 
 
@@ -38,41 +40,16 @@ class BenchmarkError(MoetuneError):
     "beside it is paired with it, as SGLang does (up GEMM from the file, down from _down).",
 )
 @batch_size_option
-@click.option(
-    "--gpus", type=GpuList(), help="Comma-separated GPU ids to use (default: every visible GPU)."
-)
-@click.option(
-    "--engine",
-    type=click.Choice(("vllm", "sglang", "both")),
-    default="both",
-    show_default=True,
-    help="Whose fallback config and existing file to compare with (vLLM's fallback always).",
-)
-@click.option(
-    "--compare-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Also look for the engines' existing files in DIR (searched first).",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=Seconds(min=1, max=MAX_TIMEOUT_S),
-    default=120.0,
-    show_default=True,
-    help="Seconds one measurement may take before its worker is killed.",
-)
+@gpus_option
+@engine_option("Whose fallback config and existing file to compare with (vLLM's fallback always).")
+@compare_dir_option("Also look for the engines' existing files in DIR (searched first).")
+@timeout_option("Seconds one measurement may take before its worker is killed.")
 @click.option(
     "--dry-run",
     is_flag=True,
     help="Print which config each file gives per batch size, and stop (works without a GPU).",
 )
-@click.option(
-    "--kernel",
-    type=click.Choice(KERNEL_CHOICES),
-    default="auto",
-    show_default=True,
-    help=BENCHMARK_KERNEL_HELP,
-)
+@kernel_option(BENCHMARK_KERNEL_HELP)
 @click.option(
     "--strict",
     is_flag=True,

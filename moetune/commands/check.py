@@ -10,9 +10,8 @@ from typing import Any
 
 import click
 
-from moetune.commands.options import model_options
+from moetune.commands.options import compare_dir_option, engine_option, model_options
 
-ENGINE_CHOICES = ("vllm", "sglang", "both")
 # A Triton release as SGLang names its folders after it: 3.4.0, 3.5.0rc1, 3.3.1+git3b1c9b2b.
 TRITON_VERSION = re.compile(r"\d+\.\d+\.\d+(?:[.+-]?[0-9A-Za-z]+)*")
 # Exit status when an engine has no usable file, missing or invalid (0: every engine has
@@ -36,23 +35,15 @@ def check_triton_version(
 
 @click.command("check")
 @model_options
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINE_CHOICES),
-    default="both",
-    show_default=True,
-    help="Which engine's lookup to check.",
-)
+@engine_option("Which engine's lookup to check.")
 @click.option(
     "--triton-version",
     callback=check_triton_version,
     help="Triton version SGLang's folder is named after (default: the installed triton's, "
     "read from package metadata).",
 )
-@click.option(
-    "--compare-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Also look in DIR, before the engines' own folders (a flat folder of tuned files).",
+@compare_dir_option(
+    "Also look in DIR, before the engines' own folders (a flat folder of tuned files)."
 )
 @click.option(
     "--compare-only",

@@ -1,4 +1,4 @@
-"""Options `tune` and `benchmark` share: which model, how it is split, which dtype and GPU.
+"""Options the commands share: which model, how it is split, which dtype and GPU, which engine.
 
 `problem_from_options` turns them into the kernel problem through the extract
 package (config.json -> registry -> shape -> sharding -> dtype), and finds the
@@ -12,12 +12,14 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
 
 from moetune.commands.texts import DEVICE_NAME_HELP
 from moetune.dtypes import DTYPES, quant_details
+from moetune.engines.launch import KERNEL_CHOICES
 from moetune.engines.names import (
     DTYPE_CHOICES,
     device_name_error,
@@ -25,6 +27,7 @@ from moetune.engines.names import (
 )
 from moetune.errors import TuneError
 
+ENGINE_CHOICES = ("vllm", "sglang", "both")
 # The device name of a run on the CPU (TRITON_INTERPRET=1, no GPU): in plans and files alike.
 CPU_DEVICE_NAME = "cpu"
 
@@ -202,6 +205,58 @@ class GpuList(click.ParamType):
         if twice:
             self.fail(f"{value!r} names GPU {twice[0]} twice", param, ctx)
         return tuple(parts)
+
+
+def gpus_option(command: Callable) -> Callable:
+    """Decorate a click command with --gpus (`GpuList`)."""
+    return click.option(
+        "--gpus",
+        type=GpuList(),
+        help="Comma-separated GPU ids to use (default: every visible GPU).",
+    )(command)
+
+
+def timeout_option(help: str) -> Callable:
+    """--timeout (arriving as ``timeout_s``): seconds, 120 by default; `help` says what it bounds."""
+    return click.option(
+        "--timeout",
+        "timeout_s",
+        type=Seconds(min=1, max=MAX_TIMEOUT_S),
+        default=120.0,
+        show_default=True,
+        help=help,
+    )
+
+
+def engine_option(help: str) -> Callable:
+    """--engine vllm|sglang|both, both by default; `help` says what the command does with it."""
+    return click.option(
+        "--engine",
+        type=click.Choice(ENGINE_CHOICES),
+        default="both",
+        show_default=True,
+        help=help,
+    )
+
+
+def kernel_option(help: str) -> Callable:
+    """--kernel (`moetune.engines.launch.KERNEL_CHOICES`), auto by default."""
+    return click.option(
+        "--kernel",
+        type=click.Choice(KERNEL_CHOICES),
+        default="auto",
+        show_default=True,
+        help=help,
+    )
+
+
+def compare_dir_option(help: str) -> Callable:
+    """--compare-dir DIR: an existing folder of tuned files; `help` says how it is searched."""
+    return click.option(
+        "--compare-dir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help=help,
+    )
 
 
 def worker_devices(gpus: tuple[str, ...] | None, machine: Any, *, dry_run: bool) -> tuple:

@@ -8,20 +8,22 @@ from pathlib import Path
 import click
 
 from moetune.commands.options import (
-    MAX_TIMEOUT_S,
-    GpuList,
-    Seconds,
+    ENGINE_CHOICES,
     batch_size_option,
+    compare_dir_option,
     default_compile_workers,
+    engine_option,
+    gpus_option,
+    kernel_option,
     model_options,
+    timeout_option,
 )
 from moetune.commands.terminal import print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
-from moetune.engines.launch import KERNEL_CHOICES, KERNEL_HELP
+from moetune.engines.launch import KERNEL_HELP
 from moetune.tune.results_dir import RESULTS_ROOT
 
 SEARCHES = ("fast", "thorough", "exhaustive")
-ENGINE_CHOICES = ("vllm", "sglang", "both")
 
 
 @click.command("tune", epilog=FLOOR_HELP)
@@ -35,13 +37,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     "already there is kept as <file>.bak-<UTC time>). "
     f"Default: ./{RESULTS_ROOT}/<model-slug>/ (a Hub id org/name becomes org__name).",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINE_CHOICES),
-    default="both",
-    show_default=True,
-    help="Which engine's file(s) to write.",
-)
+@engine_option("Which engine's file(s) to write.")
 @click.option(
     "--search",
     type=click.Choice(SEARCHES),
@@ -57,9 +53,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     "default: vLLM's and SGLang's 1,920-config grid).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop (works without a GPU).")
-@click.option(
-    "--gpus", type=GpuList(), help="Comma-separated GPU ids to use (default: every visible GPU)."
-)
+@gpus_option
 @click.option(
     "--backend",
     type=click.Choice(("local", "ray")),
@@ -73,13 +67,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     type=click.IntRange(min=0),
     help="Processes compiling candidates in parallel (default: spare CPU cores, at most 16).",
 )
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=Seconds(min=1, max=MAX_TIMEOUT_S),
-    default=120.0,
-    show_default=True,
-    help="Seconds one candidate may take before its worker is killed and it is recorded as hung.",
+@timeout_option(
+    "Seconds one candidate may take before its worker is killed and it is recorded as hung."
 )
 @click.option(
     "--routing",
@@ -94,10 +83,8 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     help="SGLang split tune: also try TMA on the up GEMM (read by SGLang since PR #33559).",
 )
 @click.option("--overwrite", is_flag=True, help="Measure again what the results store already has.")
-@click.option(
-    "--compare-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Also compare with the tuned files in DIR (searched before the engines' own folders).",
+@compare_dir_option(
+    "Also compare with the tuned files in DIR (searched before the engines' own folders)."
 )
 @click.option(
     "--install",
@@ -116,13 +103,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
     is_flag=True,
     help="With --install: replace a different existing file (a .bak-<time> copy is kept).",
 )
-@click.option(
-    "--kernel",
-    type=click.Choice(KERNEL_CHOICES),
-    default="auto",
-    show_default=True,
-    help=KERNEL_HELP,
-)
+@kernel_option(KERNEL_HELP)
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
     batch_sizes: tuple[tuple[int, ...], ...],

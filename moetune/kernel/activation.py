@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from moetune.kernel.fused_moe_kernel import interpreting
+from moetune.kernel.out_buffer import row_output
 from moetune.kernel.quant import AMAX_EPS, FP8_MAX, _round_to_fp8_grid
 
 # Columns per program; rows wider than this take several programs.
@@ -62,13 +63,7 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
         x = x.contiguous()
     num_rows, width = x.shape
     n = width // 2
-    if out is None:
-        out = torch.empty((num_rows, n), dtype=x.dtype, device=x.device)
-    elif tuple(out.shape) != (num_rows, n) or out.stride(1) != 1:
-        raise ValueError(
-            f"out is expected to be [{num_rows}, {n}] with unit column stride "
-            f"rather than {tuple(out.shape)} strides {out.stride()}"
-        )
+    out = row_output(out, num_rows, n, x)
     if num_rows == 0 or n == 0:
         return out
     block_n = min(MAX_BLOCK_N, triton.next_power_of_2(n))

@@ -97,6 +97,13 @@ import triton.language as tl
 from moetune.dtypes import DTYPES, FUSED_MOE_KERNEL
 from moetune.errors import MoetuneError
 from moetune.kernel.config import CONFIG_KEYS
+from moetune.kernel.launch_rules import (
+    a_scale_strides,
+    grid_rows,
+    group_shape,
+    operand_strides,
+    w_scale_strides,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -574,7 +581,7 @@ def invoke_fused_moe_gemm(
     elif not use_int8_w8a8:
         assert a.dtype == c.dtype and w.dtype == c.dtype, "a, w and c must share a dtype"
 
-    group_n, group_k = block_shape if block_shape is not None else (0, 0)
+    group_n, group_k = group_shape(block_shape)
     if use_fp8 and block_shape is not None:
         groups_k = triton.cdiv(k, group_k)
         assert a_scale.shape == (a.shape[0], groups_k), (
@@ -595,32 +602,12 @@ def invoke_fused_moe_gemm(
         assert w_scale.is_contiguous(), "per-tensor w_scale must be contiguous"
     if a_scale is not None and a_scale.dim() == 0:
         a_scale = a_scale.reshape(1)
-    # Scale strides as vLLM passes them: activation scales by row and K group when
-    # 2-D; weight scales by expert, K group (3-D block scales) and out-channel.
-    two_d_a_scale = a_scale is not None and a_scale.dim() == 2
-    a_scale_strides = (
-        a_scale.stride(0) if two_d_a_scale else 0,
-        a_scale.stride(1) if two_d_a_scale else 0,
-    )
-    w_scale_strides = (
-        w_scale.stride(0) if w_scale is not None else 0,
-        w_scale.stride(2) if w_scale is not None and w_scale.dim() == 3 else 0,
-        w_scale.stride(1)
-        if w_scale is not None and w_scale.dim() >= 2 and w_scale.shape[1] > 1
-        else 0,
-    )
 
     bm, bn = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"]
     a_desc = make_descriptor(a, (bm, block_k), "A") if a_use_tma else None
     w_desc = make_descriptor(w, (1, bn, block_k), "w") if w_use_tma else None
     compute_type = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
-    if naive:
-        em = num_slots * bm
-    else:
-        em = sorted_token_ids.shape[0]
-        if a.shape[0] < bm:
-            # Every used row-block holds a slot: at most rows * top_k blocks are used.
-            em = min(em, a.shape[0] * top_k * bm)
+    em = grid_rows(sorted_token_ids, num_slots, a.shape[0], top_k, bm)
     grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
     fused_moe_kernel[grid](
         a,
@@ -638,15 +625,11 @@ def invoke_fused_moe_gemm(
         k,
         em,
         num_slots,
-        a.stride(0),
-        a.stride(1),
-        w.stride(0),
-        w.stride(2),
-        w.stride(1),
+        *operand_strides(a, w),
         c2.stride(0),
         c2.stride(1),
-        *a_scale_strides,
-        *w_scale_strides,
+        *a_scale_strides(a_scale),  # scale strides as vLLM passes them
+        *w_scale_strides(w_scale),
         GROUP_N=group_n,
         GROUP_K=group_k,
         NAIVE_BLOCK_ASSIGNMENT=naive,

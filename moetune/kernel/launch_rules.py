@@ -2,9 +2,13 @@
 
 - expert assignment: the naive path (one block per token slot, no alignment) when
   ``M * top_k * 4 <= E``, except for int8/int4 w*a16 with a group;
-- ``SWAP_AB``: fp8_w8a8 on compute capability 9.0 with a thin M tile and a wide N tile.
+- ``SWAP_AB``: fp8_w8a8 on compute capability 9.0 with a thin M tile and a wide N tile;
+- EM, the rows the grid covers (`grid_rows`);
+- the operand and scale strides and the weight-block shape, passed as vLLM passes them
+  (SGLang 0.5.23's launcher passes the operand strides, A's scale strides and the block
+  shape alike; its weight-scale strides are its own).
 
-Pure Python: the kernel and the vLLM 0.33 launcher both read them from here.
+Pure Python: the kernel and the engines' launchers read them from here.
 """
 
 from __future__ import annotations
@@ -41,3 +45,46 @@ def swap_ab(config: dict, quant_dtype: str | None, capability: tuple[int, int] |
         and config["BLOCK_SIZE_M"] < 64
         and config["BLOCK_SIZE_N"] >= 64
     )
+
+
+def grid_rows(sorted_token_ids: Any, num_slots: int, rows: int, top_k: int, block_m: int) -> int:
+    """EM, the rows the grid covers, as vLLM 0.33 sizes it.
+
+    Aligned: ``len(sorted_token_ids)``, capped at ``rows * top_k * block_m`` when A has
+    fewer `rows` than `block_m` (every used row block holds a slot, so at most that many
+    are used). Naive (`sorted_token_ids` None): one block per slot, ``num_slots * block_m``.
+    """
+    if sorted_token_ids is None:
+        return num_slots * block_m
+    em = sorted_token_ids.shape[0]
+    if rows < block_m:
+        em = min(em, rows * top_k * block_m)
+    return em
+
+
+def operand_strides(a: Any, w: Any) -> tuple[int, int, int, int, int]:
+    """A ``[rows, K]`` by row and K, then W ``[E, N, K]`` by expert, K and N (the dot reads W^T)."""
+    return a.stride(0), a.stride(1), w.stride(0), w.stride(2), w.stride(1)
+
+
+def a_scale_strides(a_scale: Any) -> tuple[int, int]:
+    """Activation scales by row and K group when 2-D (per token or per token group), else 0."""
+    two_d = a_scale is not None and a_scale.ndim == 2
+    return (a_scale.stride(0) if two_d else 0, a_scale.stride(1) if two_d else 0)
+
+
+def w_scale_strides(w_scale: Any) -> tuple[int, int, int]:
+    """Weight scales by expert, K group (3-D block scales) and out-channel (when there are
+    several), else 0: vLLM's convention."""
+    return (
+        w_scale.stride(0) if w_scale is not None else 0,
+        w_scale.stride(2) if w_scale is not None and w_scale.ndim == 3 else 0,
+        w_scale.stride(1)
+        if w_scale is not None and w_scale.ndim >= 2 and w_scale.shape[1] > 1
+        else 0,
+    )
+
+
+def group_shape(block_shape: Any) -> tuple[int, int]:
+    """(group_n, group_k) of block-quantized weights; (0, 0) without blocks."""
+    return (0, 0) if block_shape is None else (block_shape[0], block_shape[1])

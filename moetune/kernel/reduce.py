@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from moetune.kernel.out_buffer import row_output
+
 # Columns per program; wider rows take several programs.
 MAX_BLOCK_K = 1024
 
@@ -48,13 +50,7 @@ def moe_sum(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     if x.stride(2) != 1:
         x = x.contiguous()
     num_tokens, top_k, k = x.shape
-    if out is None:
-        out = torch.empty((num_tokens, k), dtype=x.dtype, device=x.device)
-    elif tuple(out.shape) != (num_tokens, k) or out.stride(1) != 1:
-        raise ValueError(
-            f"out is expected to be [{num_tokens}, {k}] with unit column stride "
-            f"rather than {tuple(out.shape)} strides {out.stride()}"
-        )
+    out = row_output(out, num_tokens, k, x)
     if num_tokens == 0 or k == 0:
         return out
     block_k = min(MAX_BLOCK_K, triton.next_power_of_2(k))

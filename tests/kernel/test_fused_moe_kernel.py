@@ -596,6 +596,7 @@ def test_launch_passes_what_vllms_launcher_passes(
     hence the same SASS: bench/sass_loop.py)."""
     import moetune.kernel.fused_moe_kernel as kernel_module
     from moetune.engines.launch import vllm_0_33
+    from moetune.engines.launch.common import GemmCall
 
     config = dict(
         BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k, GROUP_SIZE_M=16,
@@ -607,7 +608,7 @@ def test_launch_passes_what_vllms_launcher_passes(
         pytest.skip("BLOCK_SIZE_M 8 is for swapped fp8 only")
     launch = meta_launch(path, rows, top_k, config, naive, routed)
     vllm = CaptureLaunch()
-    vllm_0_33.launch(vllm, **launch, capability=sm90)
+    vllm_0_33.launch(vllm, GemmCall(**launch), capability=sm90)
     twin = CaptureLaunch()
     monkeypatch.setattr(kernel_module, "fused_moe_kernel", twin)
     monkeypatch.setattr(kernel_module, "device_capability", lambda tensor: sm90)

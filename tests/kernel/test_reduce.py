@@ -1,6 +1,7 @@
 """moe_sum against x.float().sum(1)."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -50,3 +51,14 @@ def test_writes_into_out_and_reads_strided_input():
 def test_rejects_wrong_rank():
     with pytest.raises(ValueError, match=r"\[M, top_k, K\]"):
         moe_sum(torch.randn(4, 8, device=DEVICE))
+
+
+@pytest.mark.parametrize(
+    "out", [torch.empty(4, 39), torch.empty(40, 4).t()], ids=["shape", "column-stride"]
+)
+def test_rejects_an_out_of_the_wrong_shape_or_column_stride(out):
+    expected = (
+        f"out is expected to be [4, 40] with unit column stride rather than {tuple(out.shape)}"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        moe_sum(torch.randn(4, 3, 40, device=DEVICE), out=out.to(DEVICE))

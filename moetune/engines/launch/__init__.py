@@ -183,7 +183,9 @@ class EngineGemm:
         return self.release.refusal(config, quant_dtype)
 
     def __call__(self, a: Any, w: Any, c: Any, **launch: Any) -> Any:
-        return self.release.launch(self.kernel, a, w, c, capability=self.capability, **launch)
+        from moetune.engines.launch.common import GemmCall
+
+        return self.release.launch(self.kernel, GemmCall(a, w, c, **launch), self.capability)
 
 
 def _capability() -> tuple[int, int] | None:

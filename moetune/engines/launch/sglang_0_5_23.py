@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.dtypes import DTYPES
+from moetune.engines.launch.common import GemmCall, quant_constexprs
+from moetune.kernel.launch_rules import a_scale_strides, group_shape, operand_strides
 
 ENGINE = "sglang"
 RELEASE = "0.5.23"
@@ -55,59 +57,37 @@ def refusal(config: dict, quant_dtype: str | None) -> str | None:
     return None
 
 
-def launch(
-    kernel: Any,
-    a: Any,
-    w: Any,
-    c: Any,
-    *,
-    a_scale: Any,
-    w_scale: Any,
-    topk_weights: Any,
-    sorted_token_ids: Any,
-    expert_ids: Any,
-    num_tokens_post_padded: Any,
-    mul_routed_weight: bool,
-    top_k: int,
-    config: dict,
-    quant_dtype: str | None,
-    block_shape: Any,
-    per_channel: bool = False,
-    capability: tuple[int, int] | None = None,
-    a_use_tma: bool = False,
-    w_use_tma: bool = False,
-    c_sorted: bool = False,
-) -> Any:
-    """Launch SGLang 0.5.23's `kernel` as its launcher does; `moetune.kernel` argument names.
+def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = None) -> Any:
+    """Launch SGLang 0.5.23's `kernel` on `call` as its launcher does.
 
     Activations arrive already quantized (SGLang quantizes them inside its launcher,
     moetune before it; the kernel sees the same tensors).
     """
-    import torch
     import triton
-    import triton.language as tl
 
+    config, quant_dtype, block_shape = call.config, call.quant_dtype, call.block_shape
     reason = refusal(config, quant_dtype)
     if reason:
         raise ValueError(reason)
-    if sorted_token_ids is None:
+    if call.sorted_token_ids is None:
         raise ValueError("SGLang's fused_moe_kernel needs aligned token ids (no naive path)")
-    c2 = c.view(-1, c.shape[-1])
-    num_slots = a.shape[0] * top_k if (c_sorted or not a_use_tma) else c2.shape[0]
-    n, k = w.shape[1], w.shape[2]
+    a, w, c2, n, k = call.a, call.w, call.c2, call.n, call.k
+    num_slots = a.shape[0] * call.top_k if (call.c_sorted or not call.a_use_tma) else c2.shape[0]
     bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
     from moetune.kernel.tma import make_descriptor  # checks the TMA rules, sets the allocator
 
-    a_desc = make_descriptor(a, (bm, bk), "A") if a_use_tma else None
-    w_desc = make_descriptor(w, (1, bn, bk), "w") if w_use_tma else None
+    a_desc = make_descriptor(a, (bm, bk), "A") if call.a_use_tma else None
+    w_desc = make_descriptor(w, (1, bn, bk), "w") if call.w_use_tma else None
     pdl = (
         {"USE_GDC": True, "launch_pdl": True, "GDC_EARLY": a.shape[0] <= PDL_EARLY_ROWS}
         if capability is not None and capability[0] >= 9
         else {}
     )
-    em = sorted_token_ids.shape[0]
+    em = call.sorted_token_ids.shape[0]
     grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
-    two_d_a_scale = a_scale is not None and a_scale.ndim == 2
+    w_scale = call.w_scale
+    three_d_w_scale = w_scale is not None and w_scale.ndim == 3
+    two_d_w_scale = w_scale is not None and w_scale.ndim >= 2
     meta = {key: value for key, value in config.items() if key != "SPLIT_K"}
     kernel[grid](
         a,
@@ -116,42 +96,30 @@ def launch(
         w_desc,
         None,
         c2,
-        a_scale,
+        call.a_scale,
         w_scale,
-        topk_weights,
-        sorted_token_ids,
-        expert_ids,
-        num_tokens_post_padded,
+        call.topk_weights,
+        call.sorted_token_ids,
+        call.expert_ids,
+        call.num_tokens_post_padded,
         None,
         n,
         k,
         em,
         num_slots,
-        a.stride(0),
-        a.stride(1),
-        w.stride(0),
-        w.stride(2),
-        w.stride(1),
+        *operand_strides(a, w),
         0,
         0,
         c2.stride(0),
         c2.stride(1),
-        a_scale.stride(0) if two_d_a_scale else 0,
-        a_scale.stride(1) if two_d_a_scale else 0,
-        w_scale.stride(0) if w_scale is not None and w_scale.ndim >= 2 else 0,
-        w_scale.stride(2) if w_scale is not None and w_scale.ndim == 3 else 0,
-        w_scale.stride(1) if w_scale is not None and w_scale.ndim >= 2 else 0,
-        0 if block_shape is None else block_shape[0],
-        0 if block_shape is None else block_shape[1],
-        MUL_ROUTED_WEIGHT=mul_routed_weight,
-        top_k=top_k,
-        compute_type=tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16,
-        use_fp8_w8a8=quant_dtype == "fp8_w8a8",
-        use_int8_w8a8=quant_dtype == "int8_w8a8",
-        use_int8_w8a16=quant_dtype == "int8_w8a16",
-        per_channel_quant=per_channel,
+        *a_scale_strides(call.a_scale),
+        w_scale.stride(0) if two_d_w_scale else 0,
+        w_scale.stride(2) if three_d_w_scale else 0,
+        w_scale.stride(1) if two_d_w_scale else 0,
+        *group_shape(block_shape),
+        **quant_constexprs(call),
         even_Ks=k % bk == 0,
-        c_sorted=c_sorted,
+        c_sorted=call.c_sorted,
         swap_ab=swap_ab(config, quant_dtype, capability),
         FUSE_ADD_TO_OUTPUT=False,
         A_OUTPUT_SLICES=1,
@@ -164,4 +132,4 @@ def launch(
         **pdl,
         **meta,
     )
-    return c
+    return call.c

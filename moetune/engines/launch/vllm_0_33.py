@@ -21,7 +21,17 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.dtypes import DTYPES
-from moetune.kernel.launch_rules import NAIVE_SPARSITY, naive_assignment, swap_ab
+from moetune.engines.launch.common import GemmCall, quant_constexprs
+from moetune.kernel.launch_rules import (
+    NAIVE_SPARSITY,
+    a_scale_strides,
+    grid_rows,
+    group_shape,
+    naive_assignment,
+    operand_strides,
+    swap_ab,
+    w_scale_strides,
+)
 
 ENGINE = "vllm"
 RELEASE = "0.33.0"
@@ -40,104 +50,60 @@ def refusal(config: dict, quant_dtype: str | None) -> str | None:
     return None
 
 
-def launch(
-    kernel: Any,
-    a: Any,
-    w: Any,
-    c: Any,
-    *,
-    a_scale: Any,
-    w_scale: Any,
-    topk_weights: Any,
-    sorted_token_ids: Any,
-    expert_ids: Any,
-    num_tokens_post_padded: Any,
-    mul_routed_weight: bool,
-    top_k: int,
-    config: dict,
-    quant_dtype: str | None,
-    block_shape: Any,
-    per_channel: bool = False,
-    capability: tuple[int, int] | None = None,
-    a_use_tma: bool = False,
-    w_use_tma: bool = False,
-    c_sorted: bool = False,
-) -> Any:
-    """Launch vLLM 0.33's `kernel` as its launcher does; `moetune.kernel` argument names.
+def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = None) -> Any:
+    """Launch vLLM 0.33's `kernel` on `call` as its launcher does.
 
-    ``sorted_token_ids`` None selects the naive path (``num_tokens_post_padded`` then
-    holds ``M * top_k * BLOCK_SIZE_M`` and ``expert_ids`` the flat ``topk_ids``).
+    ``call.sorted_token_ids`` None selects the naive path (``num_tokens_post_padded``
+    then holds ``M * top_k * BLOCK_SIZE_M`` and ``expert_ids`` the flat ``topk_ids``).
     `capability` is the device's compute capability (None: not a CUDA device).
     """
-    import torch
     import triton
-    import triton.language as tl
 
+    config, quant_dtype, block_shape = call.config, call.quant_dtype, call.block_shape
     reason = refusal(config, quant_dtype) or (
-        "vLLM's fused_moe_kernel has no TMA path" if a_use_tma or w_use_tma or c_sorted else None
+        "vLLM's fused_moe_kernel has no TMA path"
+        if call.a_use_tma or call.w_use_tma or call.c_sorted
+        else None
     )
     if reason:
         raise ValueError(reason)
-    c2 = c.view(-1, c.shape[-1])
-    rows = a.shape[0]
-    num_slots = rows * top_k
+    a, w, c2, n, k = call.a, call.w, call.c2, call.n, call.k
+    num_slots = a.shape[0] * call.top_k
     bm = config["BLOCK_SIZE_M"]
-    if sorted_token_ids is not None:
-        em = sorted_token_ids.shape[0]
-        if rows < bm:
-            em = min(em, rows * top_k * bm)
-    else:
-        em = num_slots * bm
-    n, k = w.shape[1], w.shape[2]
+    em = grid_rows(call.sorted_token_ids, num_slots, a.shape[0], call.top_k, bm)
     block_k = config["BLOCK_SIZE_K"]
     if block_shape is not None and quant_dtype in DTYPES.names("quantizes_activations"):
         block_k = min(block_k, min(block_shape))
+    a_scale = call.a_scale
     if a_scale is not None and a_scale.ndim == 0:
         a_scale = a_scale.reshape(1)
     meta = {key: value for key, value in config.items() if key not in ("BLOCK_SIZE_K", "SPLIT_K")}
     grid = (triton.cdiv(em, bm) * triton.cdiv(n, config["BLOCK_SIZE_N"]),)
-    two_d_a_scale = a_scale is not None and a_scale.ndim == 2
     kernel[grid](
         a,
         w,
         c2,
         None,
         a_scale,
-        w_scale,
-        topk_weights,
-        sorted_token_ids,
-        expert_ids,
-        num_tokens_post_padded,
+        call.w_scale,
+        call.topk_weights,
+        call.sorted_token_ids,
+        call.expert_ids,
+        call.num_tokens_post_padded,
         n,
         k,
         em,
         num_slots,
-        a.stride(0),
-        a.stride(1),
-        w.stride(0),
-        w.stride(2),
-        w.stride(1),
+        *operand_strides(a, w),
         c2.stride(0),
         c2.stride(1),
-        a_scale.stride(0) if two_d_a_scale else 0,
-        a_scale.stride(1) if two_d_a_scale else 0,
-        w_scale.stride(0) if w_scale is not None else 0,
-        w_scale.stride(2) if w_scale is not None and w_scale.ndim == 3 else 0,
-        w_scale.stride(1)
-        if w_scale is not None and w_scale.ndim >= 2 and w_scale.shape[1] > 1
-        else 0,
+        *a_scale_strides(a_scale),
+        *w_scale_strides(call.w_scale),
         0,
         0,
-        0 if block_shape is None else block_shape[0],
-        0 if block_shape is None else block_shape[1],
-        MUL_ROUTED_WEIGHT=mul_routed_weight,
-        top_k=top_k,
-        compute_type=tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16,
-        use_fp8_w8a8=quant_dtype == "fp8_w8a8",
-        use_int8_w8a8=quant_dtype == "int8_w8a8",
-        use_int8_w8a16=quant_dtype == "int8_w8a16",
-        per_channel_quant=per_channel,
-        naive_block_assignment=sorted_token_ids is None,
+        *group_shape(block_shape),
+        **quant_constexprs(call),
+        naive_block_assignment=call.sorted_token_ids is None,
         HAS_BIAS=False,
         BLOCK_SIZE_K=block_k,
         SWAP_AB=swap_ab(config, quant_dtype, capability),
@@ -145,4 +111,4 @@ def launch(
         SPLIT_K=1,
         **meta,
     )
-    return c
+    return call.c
