@@ -27,7 +27,7 @@ def test_no_gpu_error_suggests_a_command_that_exists(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: no CUDA GPU")
-    assert "`moetune tune ... --dry-run`" in result.stderr
+    assert "`moetune benchmark ... --dry-run`" in result.stderr
     # ...and the command it names takes that flag.
     dry = moetune(["tune", "-m", "Qwen/Qwen3-30B-A3B", "--batch-size", "1", "--dry-run"], tmp_path)
     assert dry.returncode == 0, dry.stderr
