@@ -19,6 +19,8 @@ CONFIG_KEYS = (
 # What Triton launches with when a config omits them (triton.Config / JITFunction defaults on
 # CUDA). Old engine fallbacks leave them out, so timing such a config needs these values.
 TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+# The engines' block_shape argument: the fp8 weight block (N, K), or [0, group] for WNA16.
+Block = Sequence[int] | None
 # The batch sizes both engines' tuners write (and `moetune tune` by default).
 ENGINE_BATCH_SIZES = (
     1,

@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 
 from moetune.engines.installed import InstalledEngine, find_installed
-from moetune.engines.lookup import Lookup, engine_fallback_table
+from moetune.engines.lookup import Block, Lookup, engine_fallback_table
 from moetune.engines.names import sglang_config_filename
 
 ENGINE = "sglang"
@@ -43,13 +43,7 @@ FOLDER_ENV = "SGLANG_MOE_CONFIG_DIR"
 
 
 def default_config(
-    M: int,
-    E: int,
-    N: int,
-    K: int,
-    topk: int,
-    dtype: str | None,
-    block_shape: Sequence[int] | None = None,
+    M: int, E: int, N: int, K: int, topk: int, dtype: str | None, block_shape: Block = None
 ) -> dict[str, int]:
     """SGLang's `get_default_config` on CUDA (``is_marlin=False``).
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from moetune.dtypes import DTYPES
 from moetune.engines.installed import InstalledEngine, find_installed
-from moetune.engines.lookup import Lookup, engine_fallback_table
+from moetune.engines.lookup import Block, Lookup, engine_fallback_table
 from moetune.engines.names import vllm_config_filename
 
 ENGINE = "vllm"
@@ -34,13 +34,7 @@ BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 
 
 def default_config(
-    M: int,
-    E: int,
-    N: int,
-    K: int,
-    topk: int,
-    dtype: str | None,
-    block_shape: Sequence[int] | None = None,
+    M: int, E: int, N: int, K: int, topk: int, dtype: str | None, block_shape: Block = None
 ) -> dict[str, int]:
     """vLLM's `get_default_config` on CUDA: the config used when no tuned file exists.
 
