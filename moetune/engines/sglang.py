@@ -109,9 +109,14 @@ def file_name(
     dtype: str | None,
     block_shape: Sequence[int] | None,
     *,
+    per_channel: bool = False,
     down: bool = False,
 ) -> str:
-    return sglang_config_filename(E, N, device_name, dtype, block_shape, down=down)
+    """SGLang's ``get_config_file_name``: per-channel fp8/int8 files end in
+    ``,per_channel_quant=True``."""
+    return sglang_config_filename(
+        E, N, device_name, dtype, block_shape, per_channel_quant=per_channel, down=down
+    )
 
 
 def down_name(name: str) -> str:

@@ -125,7 +125,7 @@ def engine_baselines(
             ).found
         else:
             up, down = sglang.lookup_pair(
-                sglang.file_name(*name_args),
+                sglang.file_name(*name_args, per_channel=problem.per_channel),
                 version,
                 env=env,
                 package=sglang_package,

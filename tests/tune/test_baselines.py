@@ -126,3 +126,28 @@ def test_an_sglang_file_with_a_down_table_is_paired_only_when_asked(tmp_path):
     paired = baselines(engines=("sglang",), compare_dir=tmp_path, pair_down_tables=True)
     pick = paired["sglang_file"].configs[64]
     assert pick.kind == "pair" and pick.down_tma and pick.down.num_stages == 5
+
+
+def test_a_per_channel_tune_compares_with_sglangs_per_channel_file(tmp_path):
+    # SGLang names per-channel fp8/int8 files with ",per_channel_quant=True" (its
+    # get_config_file_name); vLLM's names have no such part.
+    problem = TuneProblem(128, 768, 2048, 8, "fp8_w8a8", per_channel=True)
+    base = "E=128,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8"
+    sglang_dir = tmp_path / "configs" / "triton_3_6_0"
+    sglang_dir.mkdir(parents=True)
+    (sglang_dir / f"{base}.json").write_text(json.dumps({"1": {"BLOCK_SIZE_M": 64, **ROW}}))
+    per_channel = sglang_dir / f"{base},per_channel_quant=True.json"
+    per_channel.write_text(json.dumps({"1": {"BLOCK_SIZE_M": 32, **ROW}}))
+    found = engine_baselines(
+        problem,
+        (1,),
+        ("sglang",),
+        "NVIDIA H200",
+        "3.6.0",
+        env={"SGLANG_MOE_CONFIG_DIR": str(tmp_path)},
+        vllm_package=None,
+        sglang_package=None,
+    )
+    (shipped,) = [b for b in found if b.key == "sglang_file"]
+    assert shipped.source == str(per_channel)
+    assert shipped.configs[1].BLOCK_SIZE_M == 32
