@@ -2,8 +2,12 @@
 
 For each shape and batch size, a seeded sample of configs from the pruned default
 space is timed as whole MoE calls (CUDA graph, `moetune.tune.measure.timing`, "full"
-fidelity) on moetune's twin kernel and on the installed engine's kernel
-(`moetune.engines.launch`), interleaved, same inputs. Reported per point:
+fidelity) on moetune's twin of the engine's kernel (vLLM's: `moetune.kernel.fused_moe_kernel`;
+SGLang's: `moetune.kernel.fused_moe_kernel_sglang`) and on the installed engine's kernel
+(`moetune.engines.launch`), interleaved, same inputs. With ``--split`` (SGLang's up/down
+split search) the same configs are timed as lone up and down GEMMs instead, with and
+without TMA (`moetune.tune.measure.probe_timing`; a TMA probe the shape rules out is
+left out), each kind of probe one point. Reported per point:
 
 - Spearman's rank correlation of the two kernels' times;
 - the cost of the twin's pick on the engine's kernel: engine time of the config the
@@ -15,6 +19,7 @@ Rows are appended to ``OUT/fidelity.jsonl`` as they are measured; ``--report`` t
 such a file into the Markdown table of BENCHMARKS.md.
 
     python bench/fidelity.py --engine vllm --shape qwen3-30b-tp1 --out DIR
+    python bench/fidelity.py --engine sglang --split --shape deepseek-v3-fp8-tp8 --out DIR
     python bench/fidelity.py --report DIR/fidelity.jsonl
 """
 
@@ -34,6 +39,8 @@ SHAPES = {
     "mixtral-8x7b-tp2": (8, 7168, 4096, 2, "bf16", None),
     "deepseek-v3-fp8-tp8": (256, 256, 7168, 8, "fp8_w8a8", (128, 128)),
     "glm-4.5-air-tp4": (128, 352, 4096, 8, "bf16", None),
+    # A check of this script on the CPU (``--device cpu`` under TRITON_INTERPRET=1).
+    "tiny-fp8-block": (8, 128, 256, 2, "fp8_w8a8", (128, 128)),
 }
 BATCH_SIZES = (1, 16, 64, 256, 1024, 4096)
 
@@ -55,7 +62,7 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
 def point_summary(rows: list[dict]) -> dict:
     """Spearman, the twin pick's cost on the engine, and the same-config ratio of one point."""
-    ok = [r for r in rows if r["twin_us"] and r["engine_us"]]
+    ok = [r for r in rows if r.get("twin_us") and r.get("engine_us")]
     twin = [r["twin_us"] for r in ok]
     engine = [r["engine_us"] for r in ok]
     pick = min(ok, key=lambda r: r["twin_us"])
@@ -64,7 +71,9 @@ def point_summary(rows: list[dict]) -> dict:
         "spearman": spearman(twin, engine),
         "twin_pick_cost": pick["engine_us"] / min(engine) - 1.0,
         "ratio_median": statistics.median(t / e for t, e in zip(twin, engine, strict=True)),
-        "max_rel_rms": max(r["engine_rel_rms"] for r in ok),
+        "max_rel_rms": max(
+            (r["engine_rel_rms"] for r in ok if "engine_rel_rms" in r), default=None
+        ),
     }
 
 
@@ -76,14 +85,43 @@ def sample_configs(problem, batch_size: int, count: int, seed: int) -> list:
     return random.Random(seed * 1000 + batch_size).sample(kept, min(count, len(kept)))
 
 
+def _time(name: str, row: dict, timed, inputs) -> None:  # noqa: ANN001
+    """``row[name]`` = `timed(inputs)`'s median us, or None and the error's first line."""
+    try:
+        outcome = timed(inputs)
+    except Exception as exc:  # noqa: BLE001 - a failed config is a row
+        row[name], row[name + "_error"] = None, str(exc).splitlines()[0]
+        return
+    median = getattr(outcome, "median_us", None)
+    if median is None and getattr(outcome, "status", "ok") != "ok":
+        row[name], row[name + "_error"] = None, f"{outcome.status}: {outcome.error}"
+        return
+    row[name] = median if median is not None else outcome.latency_us
+
+
+def _timer(problem, m: int, config: dict, item):  # noqa: ANN001, ANN202
+    """The timing of `item` (a `Probe`; None: the whole call with `config`) on given inputs."""
+    from moetune.tune.measure.probe_timing import measure_probe
+    from moetune.tune.measure.timing import time_fused_moe
+
+    if item is None:
+        return lambda inputs: time_fused_moe(inputs, config, "full")
+    return lambda inputs: measure_probe(problem, m, "full", item, inputs)
+
+
+def _probes(candidate) -> list:  # noqa: ANN001
+    from moetune.kernel.probe import Probe
+
+    return [Probe(kind, candidate, use_tma=tma) for kind in ("up", "down") for tma in (False, True)]
+
+
 def measure(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     import torch
 
-    from moetune.engines.launch import engine_gemm, resolve_kernel
+    from moetune.engines.launch import engine_gemm, resolve_kernel, twin_ref
     from moetune.kernel.problem import make_problem
-    from moetune.tune.measure.timing import time_fused_moe
     from moetune.tune.measure.verify import check_output
     from moetune.tune.problem import TuneProblem
 
@@ -92,48 +130,58 @@ def measure(args: argparse.Namespace) -> int:
     rows_path = out / "fidelity.jsonl"
     ref = resolve_kernel(args.engine, args.engine).kernel
     gemm = engine_gemm(ref)
+    twin = twin_ref(args.engine)  # None: vLLM's twin, moetune's default kernel
+    twin_gemm = None if twin is None else engine_gemm(twin)
     for shape in args.shape:
         e, n, k, top_k, dtype, block = SHAPES[shape]
         problem = TuneProblem(e, n, k, top_k, dtype, block)
         for m in args.batch_sizes:
-            data = make_problem(m, e, n, k, top_k, dtype, block_shape=block, device="cuda")
+            data = make_problem(m, e, n, k, top_k, dtype, block_shape=block, device=args.device)
+            on_twin = replace(data, gemm=twin_gemm)
             on_engine = replace(data, gemm=gemm)
             for index, candidate in enumerate(sample_configs(problem, m, args.configs, args.seed)):
                 config = candidate.as_config()
-                row = {"shape": shape, "M": m, "config": config, "kernel": ref.tag()}
-                order = ((data, "twin_us"), (on_engine, "engine_us"))
-                for inputs, name in order if index % 2 == 0 else order[::-1]:
-                    try:
-                        row[name] = time_fused_moe(inputs, config, "full").median_us
-                    except Exception as exc:  # noqa: BLE001 - a failed config is a row
-                        row[name], row[name + "_error"] = None, str(exc).splitlines()[0]
-                check = check_output(on_engine, config, dtype)
-                row["engine_rel_rms"] = check.rel_rms
-                row["engine_ok"] = check.ok
-                with rows_path.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-            del data, on_engine
-            torch.cuda.empty_cache()
+                items = _probes(candidate) if args.split else [None]
+                for item in items:
+                    row = {"shape": shape, "M": m, "config": config, "kernel": ref.tag()}
+                    if item is not None:
+                        row["probe"] = f"{item.kind}{'+tma' if item.use_tma else ''}"
+                    order = ((on_twin, "twin_us"), (on_engine, "engine_us"))
+                    timed = _timer(problem, m, config, item)
+                    for inputs, name in order if index % 2 == 0 else order[::-1]:
+                        _time(name, row, timed, inputs)
+                    if item is None:
+                        check = check_output(on_engine, config, dtype)
+                        row["engine_rel_rms"] = check.rel_rms
+                        row["engine_ok"] = check.ok
+                    with rows_path.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+            del data, on_twin, on_engine
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             print(f"{shape} M={m} done at {time.strftime('%H:%M:%S')}", flush=True)
     return 0
 
 
 def report(path: Path) -> str:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    points: dict[tuple[str, int], list[dict]] = {}
+    points: dict[tuple[str, str, int], list[dict]] = {}
     for row in rows:
-        points.setdefault((row["shape"], row["M"]), []).append(row)
+        points.setdefault((row["shape"], row.get("probe", "whole"), row["M"]), []).append(row)
     lines = [
-        "| shape | M | configs | Spearman | twin's pick on the engine's kernel | "
+        "| shape | timed | M | configs | Spearman | twin's pick on the engine's kernel | "
         "twin / engine, same config (median) | engine max rel. RMS |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for (shape, m), point in points.items():
+    for (shape, probe, m), point in points.items():
+        if not any(r.get("twin_us") and r.get("engine_us") for r in point):
+            lines.append(f"| {shape} | {probe} | {m} | 0 | | | | |")
+            continue
         s = point_summary(point)
+        rms = "" if s["max_rel_rms"] is None else f"{s['max_rel_rms']:.1e}"
         lines.append(
-            f"| {shape} | {m} | {s['configs']} | {s['spearman']:.3f} | "
-            f"+{100 * s['twin_pick_cost']:.1f} % | {s['ratio_median']:.3f} | "
-            f"{s['max_rel_rms']:.1e} |"
+            f"| {shape} | {probe} | {m} | {s['configs']} | {s['spearman']:.3f} | "
+            f"+{100 * s['twin_pick_cost']:.1f} % | {s['ratio_median']:.3f} | {rms} |"
         )
     return "\n".join(lines)
 
@@ -146,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-sizes", type=lambda s: [int(v) for v in s.split(",")], default=BATCH_SIZES
     )
     parser.add_argument("--configs", type=int, default=8, help="configs sampled per point")
+    parser.add_argument(
+        "--split", action="store_true", help="time lone up/down GEMMs (with and without TMA)"
+    )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda", help="cpu: check the script (interpreter)")
     parser.add_argument("--out", default="bench/results/fidelity")
     parser.add_argument("--report", type=Path, help="print the table of a fidelity.jsonl")
     args = parser.parse_args(argv)

@@ -28,11 +28,17 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
     )
     assert result.exit_code == 0, result.output
     out = result.output
-    # auto is bf16 here: "auto,bf16" asks for each layout once.
-    assert "Layouts:     3 asked, 2 valid, 2 distinct per-rank shape(s) to tune, 1 skipped" in out
+    # auto is bf16 here: "auto,bf16" asks for each layout once. Neither engine is installed,
+    # so each engine's file is timed on moetune's twin of its kernel: two plans per shape.
+    assert (
+        "Layouts:     3 asked, 2 valid, 2 distinct per-rank shape(s) to tune "
+        "(4 plans: one per kernel timed), 1 skipped"
+    ) in out
     assert "  TP2 EP bf16  -> shape 2: E=2,N=32,K=64,topk=2,dtype=bf16" in out
     assert "  TP8 EP bf16  skipped: --tp 8 --ep cannot split 4 experts" in out
-    assert "Shape 1/2: serves TP1 EP bf16; ~" in out
+    assert "Shape 1/2 on moetune's twin of the vLLM 0.33.0 kernel: serves TP1 EP bf16; ~" in out
+    assert "Shape 2/2 on moetune's twin of the SGLang 0.5.23 kernel: serves TP2 EP bf16; ~" in out
+    assert "Compare shape 2/2 (SGLang): vLLM fallback, SGLang fallback" in out
     assert "Estimate:    ~" in out and "an estimate from the H200 rates" in out
     assert f"Results:     {tmp_path / STORE_FILENAME} (one resumable store for every shape)" in out
     assert "Batch sizes: 2, 4" in out
@@ -46,16 +52,25 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
     plan = json.loads(as_json.stdout)
     assert [shape["problem"] for shape in plan["shapes"]] == [
         "E=4,N=32,K=64,topk=2,dtype=bf16",
+        "E=4,N=32,K=64,topk=2,dtype=bf16,kernel=moetune-sglang-0.5.23",
         "E=2,N=32,K=64,topk=2,dtype=bf16",
+        "E=2,N=32,K=64,topk=2,dtype=bf16,kernel=moetune-sglang-0.5.23",
     ]
-    assert plan["shapes"][1]["layouts"] == ["TP2 EP bf16"]
+    assert [shape["kernel"] and shape["kernel"]["engine"] for shape in plan["shapes"]] == [
+        None,
+        "sglang",
+        None,
+        "sglang",
+    ]
+    assert plan["shapes"][2]["layouts"] == ["TP2 EP bf16"]
     assert [entry["skipped"] is not None for entry in plan["layouts"]] == [False] * 2 + [True]
     assert plan["estimate_s"] > 0
 
 
 def test_single_layout_keeps_the_plain_plan_and_uses_moetune_results(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, args("--dry-run", "--json"))
+    # One engine, one kernel: the plain plan (both engines have a plan per kernel, as above).
+    result = CliRunner().invoke(cli, args("--dry-run", "--json", "--engine", "vllm"))
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     save_dir = tmp_path / "moetune-results" / "tiny-moe"
@@ -63,7 +78,7 @@ def test_single_layout_keeps_the_plain_plan_and_uses_moetune_results(tmp_path, m
     assert plan["layouts"] == ["TP1 bf16"]  # auto, resolved
     assert plan["store"] == str(save_dir / STORE_FILENAME)
     assert plan["files"][0] == str(save_dir / "E=4,N=32,device_name=NVIDIA_H200.json")
-    text = CliRunner().invoke(cli, args("--dry-run"))
+    text = CliRunner().invoke(cli, args("--dry-run", "--engine", "vllm"))
     assert f"Results:     {save_dir / STORE_FILENAME} (resumable)" in text.output
     assert not (tmp_path / "moetune-results").exists()
 

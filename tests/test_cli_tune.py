@@ -80,12 +80,18 @@ def test_dry_run_shows_the_split_plan_and_the_down_table(tmp_path):
 
 
 def test_dry_run_json(tmp_path):
-    result = CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json"))
+    result = CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json", "--engine", "vllm"))
     assert result.exit_code == 0
     plan = json.loads(result.stdout)
     assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
     assert plan["pruning"]["2"]["kept"] == 3
-    assert plan["files"][0] == str(tmp_path / VLLM_NAME)
+    assert plan["files"] == [str(tmp_path / VLLM_NAME)]
+    # Both engines, neither installed: a plan per engine, each on moetune's twin of its kernel.
+    both = json.loads(CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json")).stdout)
+    vllm, sglang = both["shapes"]
+    assert vllm["kernel"] is None and vllm["files"] == plan["files"]
+    assert sglang["kernel"]["twin"] and sglang["kernel"]["engine"] == "sglang"
+    assert sglang["seeded_from"] == vllm["problem"]  # a transfer search from vLLM's results
 
 
 def test_a_model_added_by_a_user_yaml_tunes_without_code_change(tmp_path):

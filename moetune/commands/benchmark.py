@@ -97,7 +97,7 @@ def benchmark(
     from dataclasses import replace
 
     from moetune.engines.formats import engines_named
-    from moetune.engines.launch import benchmark_kernel
+    from moetune.engines.launch import benchmark_kernel, kernel_for
     from moetune.engines.tuned_file import as_pair, describe, load_tuned_file, same_harness
     from moetune.tune.baselines import engine_baselines, geomean_speedup
     from moetune.tune.measure.worker import WorkerPool, WorkUnit
@@ -108,7 +108,7 @@ def benchmark(
     engines = engines_named(engine)
     timed_on, kernel_notes = benchmark_kernel(kernel, engines)
     notes = list(dict.fromkeys([*resolved.notes, *kernel_notes]))
-    problem = replace(resolved.problem, kernel=timed_on)
+    problem = replace(resolved.problem, kernel=kernel_for(timed_on, resolved.problem.dtype))
     mismatches = _mismatches(config_files, problem, resolved, model["model"])
     if strict and mismatches:
         more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""

@@ -225,7 +225,7 @@ def tune(
     for line in sweep_lines(sweep):
         out.print(line, markup=False, soft_wrap=True)
     for index, plan in enumerate(sweep.plans):
-        label = f"Compare {index + 1}/{len(sweep.plans)}:" if sweep.is_sweep else "Compare:    "
+        label = f"Compare {sweep.plan_tag(index)}:" if sweep.is_sweep else "Compare:    "
         out.print(f"{label} {_compare_line(plan.request)}", markup=False, soft_wrap=True)
     for target in targets:
         out.print(
@@ -235,10 +235,9 @@ def tune(
         if json_:
             click.echo(json.dumps({**sweep_json(sweep), "notes": notes}, indent=2))
         return
-    count = len(sweep.plans)
 
     def run_one(index, plan, backend):  # noqa: ANN001, ANN202
-        label = f"shape {index + 1}/{count} " if sweep.is_sweep else ""
+        label = f"{sweep.plan_tag(index)} " if sweep.is_sweep else ""
         return _run_with_progress(plan, err, label, backend)
 
     from moetune.tune.dir_lock import save_dir_lock

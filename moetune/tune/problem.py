@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 KEY_PATTERN = re.compile(
     r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
     r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?"
-    r"(?:,kernel=[\w.+-]+@\w+)?$"
+    r"(?:,kernel=[\w.+-]+(?:@\w+)?)?$"
 )
 
 

@@ -189,7 +189,6 @@ def plan_lines(plan: TunePlan) -> list[str]:
         f"Device:      {request.device_name}, Triton {request.triton_version}, "
         f"pruned for {plan.limits.name}",
         f"Kernel:      {kernel_description(problem)}",
-        *_twin_caveat(plan),
         f"Search:      {request.search} over {len(request.space)} candidates "
         f"({request.space_source})",
         *_seeded_lines(plan),
@@ -209,43 +208,17 @@ def plan_lines(plan: TunePlan) -> list[str]:
 
 
 def kernel_description(problem: TuneProblem) -> str:
-    """The kernel the tune times: an engine's own (see `moetune.engines.launch`), or the twin."""
-    if problem.kernel is None:
-        return (
-            "moetune's twin (moetune/kernel/fused_moe_kernel.py; "
-            "the engine's own kernel is timed where the engine is installed)"
-        )
-    return problem.kernel.describe()
+    """The kernel the tune times: an engine's own (see `moetune.engines.launch`), or a twin."""
+    from moetune.engines.launch import describe_kernel
 
-
-def _twin_caveat(plan: TunePlan) -> list[str]:
-    """A plan line where the twin is known to rank unlike the engine it stands in for.
-
-    The twin is vLLM 0.33.0's kernel; on an H200 it ranks SGLang 0.5.23's fp8-block configs
-    unlike SGLang's own kernel (bench/results/2026-12-02-twin-fidelity/).
-    """
-    problem = plan.problem
-    if (
-        problem.kernel is None
-        and "sglang" in plan.request.engines
-        and problem.dtype == "fp8_w8a8"
-        and problem.block_shape
-    ):
-        return [
-            "             SGLang's fp8-block kernel ranks unlike the twin (its pick was up to",
-            "             16 % slower on an H200): install sglang where you tune to time its own",
-        ]
-    return []
+    return describe_kernel(problem.kernel, problem.dtype)
 
 
 def kernel_label(problem: TuneProblem) -> str:
     """A short name of the kernel a problem is timed on, e.g. ``the vLLM 0.33.0 kernel``."""
-    from moetune.engines.launch import ENGINE_LABELS
+    from moetune.engines.launch import label_kernel
 
-    kernel = problem.kernel
-    if kernel is None:
-        return "moetune's twin kernel"
-    return f"the {ENGINE_LABELS.get(kernel.engine, kernel.engine)} {kernel.version} kernel"
+    return label_kernel(problem.kernel)
 
 
 def _seeded_lines(plan: TunePlan) -> list[str]:

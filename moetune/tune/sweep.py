@@ -66,7 +66,7 @@ from typing import Any
 
 from moetune.device import DeviceLimits
 from moetune.dtypes import quant_details
-from moetune.engines.launch import KernelRef
+from moetune.engines.launch import KernelRef, kernel_for
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
 from moetune.tune.measure.measurer import Backend
@@ -76,6 +76,7 @@ from moetune.tune.runner import (
     TunePlan,
     TuneRequest,
     TuneSummary,
+    kernel_label,
     make_backend,
     make_plan,
     plan_json,
@@ -303,6 +304,24 @@ class SweepPlan:
     def estimate_s(self) -> float:
         return sum(e.seconds for e in self.estimates())
 
+    def shape_numbers(self) -> list[int]:
+        """Each plan's shape, numbered from 1: the plans of one shape on several kernels
+        share a number."""
+        numbers: dict[str, int] = {}
+        return [numbers.setdefault(group.problem.key(), len(numbers) + 1) for group in self.groups]
+
+    def plan_tag(self, index: int) -> str:
+        """Plan `index`'s short name, e.g. ``shape 2/3``, or ``shape 2/3 (SGLang)`` where a
+        shape has a plan per kernel (each engine's file on its own kernel)."""
+        from moetune.engines.launch import ENGINE_LABELS
+
+        numbers = self.shape_numbers()
+        tag = f"shape {numbers[index]}/{max(numbers)}"
+        if len(set(numbers)) < len(numbers):
+            engines = self.plans[index].request.engines
+            tag += f" ({'/'.join(ENGINE_LABELS[e] for e in engines)})"
+        return tag
+
     def shape_of(self, layout: Layout) -> int | None:
         """Index of the group serving `layout`, None if it was skipped."""
         for index, group in enumerate(self.groups):
@@ -376,7 +395,7 @@ def plan_sweep(
                 ),
                 limits,
             )
-            for kernel, on_kernel in _by_kernel(engines, kernels or {})
+            for kernel, on_kernel in _by_kernel(engines, kernels or {}, group.problem.dtype)
         ]
         if request.get("search", "fast") == "fast":
             # The same problem on another kernel: searched from the first kernel's results.
@@ -417,12 +436,12 @@ def plan_sweep(
 
 
 def _by_kernel(
-    engines: Sequence[str], kernels: Mapping[str, KernelRef | None]
+    engines: Sequence[str], kernels: Mapping[str, KernelRef | None], dtype: str
 ) -> list[tuple[KernelRef | None, tuple[str, ...]]]:
-    """The engines grouped by the kernel their files are timed on, in `engines`' order."""
+    """The engines grouped by the kernel their `dtype` files are timed on, in `engines`' order."""
     grouped: dict[KernelRef | None, list[str]] = {}
     for engine in engines:
-        grouped.setdefault(kernels.get(engine), []).append(engine)
+        grouped.setdefault(kernel_for(kernels.get(engine), dtype), []).append(engine)
     return [(kernel, tuple(names)) for kernel, names in grouped.items()]
 
 
@@ -445,10 +464,16 @@ def sweep_lines(sweep: SweepPlan) -> list[str]:
         return lines
     reason = {s.layout: s.reason for s in sweep.skipped}
     width = max(len(layout.label()) for layout in sweep.layouts)
+    # A shape timed on two kernels (each engine's file on its own) has a plan per kernel.
+    numbers = sweep.shape_numbers()
+    shapes = len(set(numbers))
+    per_kernel = (
+        f" ({len(sweep.plans)} plans: one per kernel timed)" if shapes < len(numbers) else ""
+    )
     lines = [
         f"Model:       {sweep.model}  ({sweep.source})",
         f"Layouts:     {len(sweep.layouts)} asked, {len(sweep.layouts) - len(sweep.skipped)} "
-        f"valid, {len(sweep.plans)} distinct per-rank shape(s) to tune, "
+        f"valid, {shapes} distinct per-rank shape(s) to tune{per_kernel}, "
         f"{len(sweep.skipped)} skipped",
     ]
     for layout in sweep.layouts:
@@ -457,15 +482,16 @@ def sweep_lines(sweep: SweepPlan) -> list[str]:
             lines.append(f"  {layout.label():<{width}}  skipped: {reason[layout]}")
         else:
             key = sweep.groups[index].problem.key()
-            lines.append(f"  {layout.label():<{width}}  -> shape {index + 1}: {key}")
+            lines.append(f"  {layout.label():<{width}}  -> shape {numbers[index]}: {key}")
     lines.append(_estimate_line(None, sweep.estimate_s(), " in all"))
     lines.append(f"Results:     {sweep.store_path} (one resumable store for every shape)")
     for index, (group, plan, est) in enumerate(
         zip(sweep.groups, sweep.plans, estimates, strict=True)
     ):
+        on = f" on {kernel_label(plan.problem)}" if per_kernel else ""
         lines.append("")
         lines.append(
-            f"Shape {index + 1}/{len(sweep.plans)}: serves {', '.join(group.labels())}; "
+            f"Shape {numbers[index]}/{shapes}{on}: serves {', '.join(group.labels())}; "
             f"~{format_duration(est.seconds)} ({est.pairs} pruned pairs, ~{est.timed} timed)"
         )
         lines.extend(f"  {line}" for line in plan_lines(plan) if not line.startswith("Results:"))
@@ -599,7 +625,8 @@ def interrupted_line(
     saved = _count_lines(sweep.store_path)
     done = ""
     if sweep.is_sweep and result is not None:
-        done = f"{len(result.summaries)} of {len(sweep.plans)} shapes finished; "
+        plans = "shapes" if len(set(sweep.shape_numbers())) == len(sweep.plans) else "plans"
+        done = f"{len(result.summaries)} of {len(sweep.plans)} {plans} finished; "
     head = "Interrupted" if signum == signal.SIGINT else "Terminated"
     noun = "measurement" if saved == 1 else "measurements"
     return (

@@ -17,9 +17,11 @@ from moetune.engines.launch import (
     KernelChoiceError,
     KernelRef,
     benchmark_kernel,
+    engine_gemm,
     resolve_kernel,
     resolve_kernels,
     sglang_0_5_23,
+    twin_ref,
     vllm_0_33,
 )
 from moetune.engines.source import EngineSourceError, has_jit_functions, load_jit_functions
@@ -108,9 +110,30 @@ def test_auto_times_the_installed_engines_kernel(kernel_file: Path) -> None:
     assert f"vLLM 0.33.0's fused_moe_kernel ({kernel_file})" == ref.describe()
 
 
-def test_auto_falls_back_to_the_twin_when_the_engine_is_absent() -> None:
-    resolution = resolve_kernel("auto", "sglang", lambda e: None)
-    assert resolution.kernel is None and resolution.note is None
+def test_auto_falls_back_to_each_engines_twin_when_the_engine_is_absent() -> None:
+    # vLLM's twin is moetune's default kernel (no ref); SGLang's is its own twin kernel.
+    vllm = resolve_kernel("auto", "vllm", lambda e: None)
+    assert vllm.kernel is None and vllm.note is None
+    sglang = resolve_kernel("auto", "sglang", lambda e: None)
+    assert sglang.note is None
+    assert sglang.kernel == twin_ref("sglang")
+    assert sglang.kernel.twin and sglang.kernel.release == "0.5.23"
+    assert sglang.kernel.source == "moetune/kernel/fused_moe_kernel_sglang.py"
+    assert sglang.kernel.describe().startswith(
+        "moetune's twin of SGLang 0.5.23's fused_moe_kernel "
+        "(moetune/kernel/fused_moe_kernel_sglang.py;"
+    )
+    assert sglang.describe() == sglang.kernel.describe()
+    assert vllm.describe().startswith("moetune's twin of vLLM 0.33.0's fused_moe_kernel")
+
+
+def test_the_sglang_twin_loads_moetunes_kernel_under_sglangs_launch() -> None:
+    from moetune.kernel import fused_moe_kernel_sglang
+
+    gemm = engine_gemm(twin_ref("sglang"))
+    assert gemm.kernel is fused_moe_kernel_sglang.fused_moe_kernel
+    assert gemm.release is sglang_0_5_23
+    assert not gemm.naive_assignment(8, 256, "fp8_w8a8", (128, 128))  # SGLang always aligns
 
 
 def test_an_unknown_release_is_launched_as_the_nearest_known_one(kernel_file: Path) -> None:
@@ -125,7 +148,7 @@ def test_an_unknown_release_is_launched_as_the_nearest_known_one(kernel_file: Pa
 def test_a_release_without_a_known_launch_gets_the_twin_with_a_note(kernel_file: Path) -> None:
     find = lambda e: installed("0.5.12", "0.5.12", kernel_file)  # noqa: E731
     resolution = resolve_kernel("auto", "sglang", find)
-    assert resolution.kernel is None
+    assert resolution.kernel == twin_ref("sglang")
     assert "SGLang 0.5.12 is a release whose kernel launch moetune does not know" in (
         resolution.note
     )
@@ -154,7 +177,7 @@ def test_an_explicit_engine_kernel_needs_that_engine_alone() -> None:
     with pytest.raises(KernelChoiceError, match="vLLM is not installed"):
         resolve_kernels("vllm", ("vllm",), lambda e: None)
     assert resolve_kernels("moetune", ("vllm", "sglang"), lambda e: None) == (
-        {"vllm": None, "sglang": None},
+        {"vllm": None, "sglang": twin_ref("sglang")},
         [],
     )
 
@@ -164,6 +187,10 @@ def test_benchmark_times_every_column_on_the_first_usable_engine_kernel(kernel_f
     kernel, notes = benchmark_kernel("auto", ("vllm", "sglang"), only_sglang)
     assert kernel.engine == "sglang" and notes == []
     assert benchmark_kernel("moetune", ("vllm",), only_sglang) == (None, [])
+    assert benchmark_kernel("moetune", ("sglang",), only_sglang) == (twin_ref("sglang"), [])
+    # Neither installed: the first engine's twin.
+    assert benchmark_kernel("auto", ("vllm", "sglang"), lambda e: None) == (None, [])
+    assert benchmark_kernel("auto", ("sglang",), lambda e: None) == (twin_ref("sglang"), [])
 
 
 def test_vllm_0_33_takes_the_naive_path_for_sparse_decode() -> None:
@@ -207,6 +234,9 @@ def test_the_store_key_names_the_kernel_timed() -> None:
     assert engine.key() == twin.key() + ",kernel=vllm-0.33.0@f37773a8ca2c"
     # The key reads back as the problem; the kernel is the measurement's, not the shape's.
     assert TuneProblem.from_key(engine.key()) == twin
+    sglang_twin = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128), kernel=twin_ref("sglang"))
+    assert sglang_twin.key() == twin.key() + ",kernel=moetune-sglang-0.5.23"
+    assert TuneProblem.from_key(sglang_twin.key()) == twin
 
 
 def test_eight_row_tiles_join_the_space_only_where_the_kernel_swaps() -> None:

@@ -3,7 +3,11 @@
 A tuned file is only as good as the kernel it was timed on. `resolve_kernel` picks,
 per engine file, the installed engine's own ``fused_moe_kernel`` (compiled from its
 installed source by `moetune.engines.source`, launched as that release launches it by
-one small module per release here), or moetune's twin where the engine is absent.
+one small module per release here), or moetune's twin of that engine's kernel where
+the engine is absent: vLLM's twin is moetune's default kernel
+(`moetune.kernel.fused_moe_kernel`, no `KernelRef`); SGLang's is
+`moetune.kernel.fused_moe_kernel_sglang`, launched by SGLang's own launch module
+(`TWINS`). Each twin compiles to its engine's SASS (``bench/sass_loop.py``).
 
 `KernelRef` is the plain value that names the kernel timed: it travels to the worker
 processes, into the results-store key and into the plan, the summary and ``--json``.
@@ -29,6 +33,13 @@ RELEASES = {
     ("sglang", "0.5.23"): "moetune.engines.launch.sglang_0_5_23",
 }
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
+# engine -> (the release its twin follows, the twin's module). vLLM's twin is moetune's
+# default kernel, launched by `invoke_fused_moe_gemm`: it is timed without a `KernelRef`.
+TWINS = {
+    "vllm": ("0.33.0", "moetune.kernel.fused_moe_kernel"),
+    "sglang": ("0.5.23", "moetune.kernel.fused_moe_kernel_sglang"),
+}
+DEFAULT_TWIN = "vllm"
 
 
 class KernelChoiceError(MoetuneError):
@@ -44,24 +55,95 @@ class KernelRef:
     release: str  # the known release whose launch semantics are used
     source: str  # the installed file the kernel was compiled from
     digest: str  # its content digest (`moetune.engines.source.file_digest`)
+    twin: bool = False  # moetune's twin of that release's kernel (`TWINS`), not the engine's
 
     def tag(self) -> str:
-        """The results-store key's name for it, e.g. ``vllm-0.33.0@f37773a8ca2c``."""
+        """The results-store key's name for it, e.g. ``vllm-0.33.0@f37773a8ca2c``, or
+        ``moetune-sglang-0.5.23`` for a twin (moetune's code: its version is moetune's)."""
+        if self.twin:
+            return f"moetune-{self.engine}-{self.release}"
         return f"{self.engine}-{self.version}@{self.digest}"
 
     def describe(self) -> str:
-        launched = "" if self.release == self.version else f", launched as {self.release}"
+        if self.twin:
+            return describe_twin(self.engine)
         label = ENGINE_LABELS.get(self.engine, self.engine)
+        launched = "" if self.release == self.version else f", launched as {self.release}"
         return f"{label} {self.version}'s fused_moe_kernel ({self.source}{launched})"
 
-    def as_json(self) -> dict[str, str]:
+    def as_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
             "version": self.version,
             "release": self.release,
             "source": self.source,
             "digest": self.digest,
+            "twin": self.twin,
         }
+
+
+def _twin_source(engine: str) -> str:
+    return TWINS[engine][1].replace(".", "/") + ".py"
+
+
+def describe_twin(engine: str) -> str:
+    """The plan's words for moetune's twin of `engine`'s kernel."""
+    label = ENGINE_LABELS[engine]
+    return (
+        f"moetune's twin of {label} {TWINS[engine][0]}'s fused_moe_kernel "
+        f"({_twin_source(engine)}; {label}'s own is timed where {label} is installed)"
+    )
+
+
+# The engines run GPTQ/AWQ weight-only int4 in another Triton kernel, whose twin
+# (moetune's wna16 kernel, instruction for instruction vLLM's) times both engines' files.
+GPTQ_AWQ_TWIN = (
+    "moetune's twin of the engines' fused_moe_kernel_gptq_awq "
+    "(moetune/kernel/fused_moe_wna16_kernel.py)"
+)
+
+
+def kernel_for(kernel: KernelRef | None, dtype: str) -> KernelRef | None:
+    """The kernel a `dtype` problem is timed on where `kernel` was resolved for its engine.
+
+    `kernel` times the engines' ``fused_moe_kernel``; a dtype the engines run in
+    ``fused_moe_kernel_gptq_awq`` (int4 w4a16) is timed on moetune's twin of that kernel
+    (None), whichever engine it is for.
+    """
+    from moetune.dtypes import DTYPES
+
+    return None if DTYPES[dtype].gptq_awq else kernel
+
+
+def describe_kernel(kernel: KernelRef | None, dtype: str | None = None) -> str:
+    """The plan's ``Kernel:`` line for `kernel` (None: vLLM's twin, moetune's default)
+    timing a `dtype` problem."""
+    from moetune.dtypes import DTYPES
+
+    if kernel is None and dtype is not None and DTYPES[dtype].gptq_awq:
+        return GPTQ_AWQ_TWIN
+    return describe_twin(DEFAULT_TWIN) if kernel is None else kernel.describe()
+
+
+def label_kernel(kernel: KernelRef | None) -> str:
+    """A short name, e.g. ``the vLLM 0.33.0 kernel``, ``moetune's twin of the SGLang 0.5.23 kernel``."""
+    if kernel is None:
+        return (
+            f"moetune's twin of the {ENGINE_LABELS[DEFAULT_TWIN]} {TWINS[DEFAULT_TWIN][0]} kernel"
+        )
+    label = ENGINE_LABELS.get(kernel.engine, kernel.engine)
+    if kernel.twin:
+        return f"moetune's twin of the {label} {kernel.release} kernel"
+    return f"the {label} {kernel.version} kernel"
+
+
+def twin_ref(engine: str) -> KernelRef | None:
+    """moetune's twin of `engine`'s kernel: a `KernelRef` (``twin=True``), or None for
+    vLLM's twin, moetune's default kernel."""
+    if engine == DEFAULT_TWIN:
+        return None
+    release = TWINS[engine][0]
+    return KernelRef(engine, release, release, _twin_source(engine), digest="", twin=True)
 
 
 def known_releases(engine: str) -> list[str]:
@@ -81,16 +163,16 @@ class Resolution:
     note: str | None = None
 
     def describe(self) -> str:
-        if self.kernel is not None:
-            return self.kernel.describe()
-        return "moetune's twin kernel (moetune.kernel.fused_moe_kernel)"
+        return describe_kernel(self.kernel)
 
 
-def _twin(engine: str, why: str) -> Resolution:
+def _twin(engine: str, why: str | None = None) -> Resolution:
+    """`engine`'s file on moetune's twin of its kernel; `why` the note to print, if any."""
     label = ENGINE_LABELS[engine]
-    return Resolution(
-        engine, None, f"{why}: the {label} file is tuned on moetune's twin of its kernel"
+    note = (
+        None if why is None else f"{why}: the {label} file is tuned on moetune's twin of its kernel"
     )
+    return Resolution(engine, twin_ref(engine), note)
 
 
 def resolve_kernel(
@@ -110,7 +192,7 @@ def resolve_kernel(
     if choice not in KERNEL_CHOICES:
         raise KernelChoiceError(f"unknown kernel {choice!r}; expected {', '.join(KERNEL_CHOICES)}")
     if choice == "moetune":
-        return Resolution(engine, None)
+        return _twin(engine)
     explicit = choice != "auto"
     target = engine if choice == "auto" else choice
     label = ENGINE_LABELS[target]
@@ -124,7 +206,7 @@ def resolve_kernel(
                 f"(pip install --no-deps {target}=={known_releases(target)[-1]}: moetune reads "
                 "its kernel's source, or use --kernel auto)"
             )
-        return Resolution(engine, None)  # the plan's Kernel line says it is the twin
+        return _twin(engine)  # the plan's Kernel line says it is the twin
     version = installed.version or "unknown"
     supported = ", ".join(known_releases(target))
     # `installed.release`: the known release nearest the installed version (its layout).
@@ -169,9 +251,13 @@ class EngineGemm:
 
         self.ref = ref
         self.release = release_module(ref.engine, ref.release)
-        self.kernel = load_jit_functions(Path(ref.source), (self.release.KERNEL,))[
-            self.release.KERNEL
-        ]
+        if ref.twin:  # moetune's own kernel, launched as that release launches its own
+            twin = importlib.import_module(TWINS[ref.engine][1])
+            self.kernel = getattr(twin, self.release.KERNEL)
+        else:
+            self.kernel = load_jit_functions(Path(ref.source), (self.release.KERNEL,))[
+                self.release.KERNEL
+            ]
         self.capability = _capability()
 
     def naive_assignment(
@@ -231,8 +317,9 @@ KERNEL_HELP = (
 
 BENCHMARK_KERNEL_HELP = (
     "The kernel every column is timed on. auto: the compared engine's own fused_moe_kernel "
-    "where it is installed (with --engine both: vLLM's, else SGLang's), else moetune's twin. "
-    "vllm / sglang: that engine's kernel, or an error. moetune: the twin."
+    "where it is installed (with --engine both: vLLM's, else SGLang's), else moetune's twin "
+    "of the first engine's kernel. vllm / sglang: that engine's kernel, or an error. "
+    "moetune: the first engine's twin."
 )
 
 
@@ -242,15 +329,14 @@ def benchmark_kernel(
     """The one kernel `moetune benchmark` times every column on, and the notes to print.
 
     A benchmark compares configs side by side, so they share a kernel: ``auto`` takes
-    the first of `engines` whose own kernel is usable here, else the twin.
+    the first of `engines` whose own kernel is usable here, else the first engine's twin.
     """
     if choice in ENGINE_LABELS:
         resolution = resolve_kernel(choice, choice, find_installed)
         return resolution.kernel, [resolution.note] if resolution.note else []
-    notes: list[str] = []
-    for engine in engines:
-        resolution = resolve_kernel(choice, engine, find_installed)
-        notes += [resolution.note] if resolution.note else []
-        if resolution.kernel is not None:
+    resolutions = [resolve_kernel(choice, engine, find_installed) for engine in engines]
+    notes = list(dict.fromkeys(r.note for r in resolutions if r.note))
+    for resolution in resolutions:
+        if resolution.kernel is not None and not resolution.kernel.twin:
             return resolution.kernel, notes
-    return None, notes
+    return resolutions[0].kernel, notes
