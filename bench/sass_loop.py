@@ -580,11 +580,13 @@ SGLANG_SUITE = [
 # "vllm-twin": moetune's twin of vLLM 0.33's kernel, launched as moetune launches it,
 # against SGLang's kernel. "mutant": the SGLang twin with one expression changed
 # (`SGLANG_MUTATION`: B's load on even_Ks masked along K, as vLLM's kernel loads it).
+# Configs SGLang's kernel compiles on Triton 3.6 and 3.9 alike (fp8 block swap_ab with
+# BLOCK_SIZE_N above group_n).
 SGLANG_CONTROLS = [
-    ("vllm-twin", "fp8-block", "up", 256, "16/128/128/16/4/3,64/128/64/16/4/3"),
+    ("vllm-twin", "fp8-block", "up", 256, "16/256/128/1/4/3,64/128/64/16/4/3,64/128/128/16/4/3"),
     ("vllm-twin", "bf16", "up", 256, "64/128/64/16/4/3"),
     ("mutant", "bf16", "up", 256, "64/128/64/16/4/3"),
-    ("mutant", "fp8-block", "down", 256, "16/128/128/16/4/3"),
+    ("mutant", "fp8-block", "down", 256, "16/256/128/1/4/3,64/128/128/16/4/3"),
 ]
 SGLANG_MUTATION = (
     "            b = tl.load(b_ptrs)\n",
