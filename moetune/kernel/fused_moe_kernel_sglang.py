@@ -4,16 +4,19 @@ Where SGLang is not installed, SGLang's tuned files are timed on a twin of its k
 `moetune.kernel.fused_moe_kernel` is vLLM 0.33's kernel, and SGLang's is not vLLM's:
 its K loop loads unmasked when BLOCK_SIZE_K divides K, its swap_ab transposes both
 operands inside the loop, it folds the block-scale product when BLOCK_SIZE_N is at
-most the quantization block's N, it sizes the grid from ``len(sorted_token_ids)``
-alone and it waits on the previous kernel through programmatic dependent launch. On
-an H200 those differences cost 1.05-1.16x on fp8 block (1.8x at BLOCK_SIZE_K 64),
-enough to change which config wins. This kernel follows SGLang 0.5.23's
+most the quantization block's N, and it waits on the previous kernel through
+programmatic dependent launch (and its launcher sizes the grid from
+``len(sorted_token_ids)`` alone). On an H200 the vLLM twin took 1.05-1.16x SGLang's
+time for the same fp8-block config (up to 1.8x at BLOCK_SIZE_K 64), enough to change
+which config wins (bench/results/2026-12-02-twin-fidelity/). This kernel follows SGLang 0.5.23's
 ``fused_moe_kernel`` (``sglang/kernels/ops/moe/fused_moe_triton_kernels.py``)
 expression by expression and takes its parameters under the same names, in the same
 order, with the same defaults, so that SGLang's launcher
 (`moetune.engines.launch.sglang_0_5_23.launch`) launches it unchanged. Launched so,
 it compiles to SGLang's SASS instruction for instruction (``bench/sass_loop.py
---sglang-ref``, sm_90a, Triton 3.6 and 3.9: bench/results/2026-12-02-sass-sglang0523/).
+--sglang-ref``, sm_90a, Triton 3.6 and 3.9: bench/results/2026-12-02-sass-sglang0523/),
+and fails to compile where SGLang's does (Triton 3.9: fp8 block with swap_ab and
+BLOCK_SIZE_N <= group_n, where the scalar weight scale is indexed ``[:, None]``).
 
 Tiling (shared with vLLM's kernel, so a tuned config means the same thing): a 1-D
 grid of ``cdiv(EM, BLOCK_SIZE_M) * cdiv(N, BLOCK_SIZE_N)`` programs, swizzled in
