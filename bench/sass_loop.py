@@ -27,6 +27,22 @@ BM/BN/BK/GROUP_M/warps/stages. Results: bench/results/2026-12-02-sass-vllm033/.
         --vllm-ref /work/engines/src/vllm/model_executor/layers/fused_moe/fused_moe.py \
         --configs 16/128/128/16/4/3,64/128/128/16/4/3
 
+With ``--sglang-ref PATH`` (SGLang 0.5.23's ``fused_moe_triton_kernels.py``) it compares
+moetune's twin of SGLang's kernel (``moetune.kernel.fused_moe_kernel_sglang``) with SGLang's
+own ``fused_moe_kernel`` compiled from that file: both launched by
+`moetune.engines.launch.sglang_0_5_23.launch` (capability 9.0: swap_ab for fp8 with
+BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64, PDL) on the same meta tensors, always aligned.
+``--tma`` adds SGLang's TMA flags (``w``: B through a descriptor; ``c``: the up GEMM's C
+sorted; ``aw``: the down GEMM's A, sorted, and B through descriptors), ``--shape`` another
+model (``qwen3-235b-tp8``'s down GEMM has K=192 and ``gpt-oss-120b``'s K=2880, so
+BLOCK_SIZE_K 128 leaves a K tail: even_Ks False). ``--suite`` runs the recorded coverage
+(`SGLANG_SUITE`), ``--control`` the negative controls (`SGLANG_CONTROLS`), which must
+differ; ``--json`` writes one record per comparison. Results:
+bench/results/2026-12-02-sass-sglang0523/.
+
+    PYTHONPATH=/tmp/t36:$PWD python bench/sass_loop.py --suite \
+        --sglang-ref .engines/site/sglang/kernels/ops/moe/fused_moe_triton_kernels.py
+
 With ``--int4 M`` it compiles the int4 w4a16 kernels instead (moetune's
 ``fused_moe_wna16_kernel`` and, with ``--vllm-ref``, vLLM's ``fused_moe_kernel_gptq_awq``
 saved to a file, see bench/parity.py)
@@ -56,7 +72,12 @@ sys.path.insert(0, str(BENCH_DIR))
 from moetune.kernel.config import CONFIG_KEYS  # noqa: E402
 
 # Real shapes: (E, N intermediate per expert, K hidden, top_k).
-SHAPES = {"qwen3-30b-a3b": (128, 768, 2048, 8), "deepseek-v3-tp8": (256, 256, 7168, 8)}
+SHAPES = {
+    "qwen3-30b-a3b": (128, 768, 2048, 8),
+    "deepseek-v3-tp8": (256, 256, 7168, 8),
+    "qwen3-235b-tp8": (128, 192, 4096, 8),  # down GEMM K=192
+    "gpt-oss-120b": (128, 2880, 2880, 4),  # up GEMM K=2880
+}
 # path: (shape, activation/weight dtype, quant_dtype, per_channel, block_shape)
 PATHS = {
     "bf16": ("qwen3-30b-a3b", "bf16", None, False, None),
@@ -81,27 +102,43 @@ DEFAULT_CONFIGS = {
 SM90 = (9, 0)
 
 
-def gemm_launch(path: str, config: dict, *, down: bool, M: int) -> dict:
+def gemm_launch(
+    path: str,
+    config: dict,
+    *,
+    down: bool,
+    M: int,
+    shape: str | None = None,
+    aligned: bool = False,
+    tma: str = "",
+) -> dict:
     """The keyword arguments of one GEMM launch (`invoke_fused_moe_gemm`'s), on meta tensors.
 
-    Shapes are the real model's at batch size M; alignment as moetune builds it
-    (`moetune.kernel.align.max_padded_slots`), or vLLM 0.33's naive assignment.
+    Shapes are the real model's (`shape`, default the path's) at batch size M; alignment
+    as moetune builds it (`moetune.kernel.align.max_padded_slots`), or vLLM 0.33's naive
+    assignment unless `aligned` (SGLang always aligns). `tma`: SGLang's TMA flags, ``w``
+    (B through a descriptor), ``c`` (up GEMM: C at the sorted positions), ``a`` (down
+    GEMM: A, and its scales, at the sorted positions, read through a descriptor).
     """
     import torch
 
     from moetune.engines.launch import vllm_0_33
     from moetune.kernel.align import max_padded_slots
 
-    shape, kind, quant_dtype, per_channel, block_shape = PATHS[path]
-    experts, n, k, top_k = SHAPES[shape]
+    default_shape, kind, quant_dtype, per_channel, block_shape = PATHS[path]
+    experts, n, k, top_k = SHAPES[shape or default_shape]
     slots = M * top_k
+    bm = config["BLOCK_SIZE_M"]
+    padded = max_padded_slots(slots, bm, experts)
     rows, inner, outer = (slots, n, k) if down else (M, k, 2 * n)
+    if "a" in tma:
+        rows = padded
     meta = dict(device="meta")
     compute = torch.float16 if kind == "fp16" else torch.bfloat16
     element = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}.get(kind, compute)
     a = torch.empty(rows, inner, dtype=element, **meta)
     w = torch.empty(experts, outer, inner, dtype=torch.int8 if kind == "w8a16" else element, **meta)
-    c_shape = (M, top_k, outer) if down else (slots, outer)
+    c_shape = (M, top_k, outer) if down else ((padded if "c" in tma else slots), outer)
     c = torch.empty(*c_shape, dtype=compute, **meta)
     a_scale = w_scale = None
     f32 = dict(dtype=torch.float32, **meta)
@@ -115,12 +152,10 @@ def gemm_launch(path: str, config: dict, *, down: bool, M: int) -> dict:
         a_scale, w_scale = torch.empty(1, **f32), torch.empty(experts, **f32)
     elif quant_dtype == "int8_w8a16":
         w_scale = torch.empty(experts, outer, **f32)
-    bm = config["BLOCK_SIZE_M"]
     ids = dict(dtype=torch.int32, **meta)
-    if vllm_0_33.naive_assignment(slots, experts, quant_dtype, block_shape):
+    if not aligned and vllm_0_33.naive_assignment(slots, experts, quant_dtype, block_shape):
         sorted_ids, expert_ids = None, torch.empty(slots, **ids)
     else:
-        padded = max_padded_slots(slots, bm, experts)
         sorted_ids, expert_ids = torch.empty(padded, **ids), torch.empty(padded // bm, **ids)
     return dict(
         a=a,
@@ -138,6 +173,7 @@ def gemm_launch(path: str, config: dict, *, down: bool, M: int) -> dict:
         quant_dtype=quant_dtype,
         block_shape=block_shape,
         per_channel=per_channel,
+        **(dict(a_use_tma="a" in tma, w_use_tma="w" in tma, c_sorted="c" in tma) if tma else {}),
     )
 
 
@@ -177,7 +213,9 @@ def launch_signature(fn, args: tuple, kwargs: dict):
     from triton.runtime.jit import native_specialize_impl
 
     kwargs = dict(kwargs)
-    options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
+    options = {
+        key: kwargs.pop(key) for key in ("num_warps", "num_stages", "launch_pdl") if key in kwargs
+    }
     values = dict(zip([p.name for p in fn.params], args, strict=False))
     values.update(kwargs)
     sig, constexprs, attrs, runtime = {}, {}, {}, []
@@ -377,12 +415,36 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--zp", action="store_true", help="--int4 with zero points")
     parser.add_argument("--sass-dir", help="write each kernel's full SASS there")
+    parser.add_argument(
+        "--sglang-ref",
+        help="SGLang 0.5.23's fused_moe_triton_kernels.py: compare moetune's twin of SGLang's "
+        "kernel with it (SGLang mode)",
+    )
+    parser.add_argument("--shape", choices=list(SHAPES), help="SGLang mode: another model")
+    parser.add_argument(
+        "--tma",
+        default="",
+        choices=["", *SGLANG_TMA],
+        help="SGLang mode: TMA flags (w: B by descriptor; c: up GEMM's C sorted; aw: down "
+        "GEMM's A sorted, A and B by descriptor)",
+    )
+    parser.add_argument(
+        "--suite", action="store_true", help="SGLang mode: the recorded coverage (SGLANG_SUITE)"
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="SGLang mode: the negative controls (SGLANG_CONTROLS), which must differ",
+    )
+    parser.add_argument("--json", help="SGLang mode: write one JSON record per comparison")
     args = parser.parse_args(argv)
     import parity
     import triton
 
     if args.int4:
         return main_int4(args, parity, triton)
+    if args.sglang_ref:
+        return main_sglang(args, triton)
     if not args.vllm_ref:
         raise SystemExit("--vllm-ref: vLLM 0.33's fused_moe.py is needed")
     import moetune.kernel.fused_moe_kernel as twin
@@ -461,6 +523,258 @@ def compare_launches(kernels: dict, path: str, config: dict, text: str, *, M: in
         flush=True,
     )
     return same and same_launch
+
+
+# ---- SGLang mode: the twin of SGLang 0.5.23's kernel against SGLang's own ----
+
+# SGLang's TMA flags: w (B by descriptor), c (the up GEMM's C at the sorted positions),
+# aw (the down GEMM's sorted A, and B, by descriptor), as `moetune.kernel.fused_moe`
+# launches them (a TMA down entry makes the up GEMM sort C).
+SGLANG_TMA = {"w": "up", "c": "up", "wc": "up", "aw": "down"}
+# Per path: the configs compared (BM/BN/BK/GROUP_M/warps/stages). fp8 adds swap_ab's
+# tiles (BLOCK_SIZE_M 8, 16, 32 with BLOCK_SIZE_N >= 64); fp8 block BLOCK_SIZE_K 64 and
+# 128, BLOCK_SIZE_N at group_n (one weight scale per tile) and above it (a vector).
+SGLANG_CONFIGS = {
+    "bf16": "16/64/128/1/4/3,64/128/64/16/4/3,128/256/64/16/8/4",
+    "fp16": "16/64/128/1/4/3,64/128/64/16/4/3,128/256/64/16/8/4",
+    "fp8-tensor": "8/64/128/16/4/5,16/128/128/1/4/4,32/64/128/16/4/3,64/128/128/16/4/3,"
+    "128/256/128/16/8/3",
+    "fp8-channel": "8/64/128/16/4/5,16/64/128/1/4/4,32/128/128/16/4/3,64/128/128/16/4/3",
+    "fp8-block": "8/64/128/16/4/5,16/128/128/16/4/3,32/128/64/16/4/3,16/256/128/1/4/3,"
+    "64/128/64/16/4/3,64/128/128/16/4/3,128/128/128/16/8/3",
+    "int8-channel": "16/64/128/1/4/4,64/128/128/16/4/3,128/256/128/16/8/3",
+    "int8-w8a16": "16/64/128/1/4/4,64/128/64/16/4/3,128/256/64/16/8/4",
+}
+# (path, shape or None for the path's, gemm, tma, batch sizes, configs or None for the
+# path's SGLANG_CONFIGS). M=1 and 256 launch with GDC_EARLY (A at most 512 rows), 4096
+# without; qwen3-235b-tp8's down GEMM (K=192) and gpt-oss-120b's up GEMM (K=2880) with
+# BLOCK_SIZE_K 128 have a K tail (even_Ks False).
+SGLANG_SUITE = [
+    *[(path, None, gemm, "", "1,256,4096", None) for path in PATHS for gemm in ("up", "down")],
+    *[
+        (path, None, gemm, "", "16,64,1024", configs)
+        for path, configs in (
+            ("bf16", "16/64/128/1/4/3,64/128/64/16/4/3"),
+            ("fp8-block", "16/128/128/16/4/3,64/128/64/16/4/3"),
+        )
+        for gemm in ("up", "down")
+    ],
+    ("bf16", "qwen3-235b-tp8", "down", "", "16,256", "16/64/128/1/4/3,64/128/128/16/4/3"),
+    ("fp16", "qwen3-235b-tp8", "down", "", "256", "64/128/128/16/4/3"),
+    ("fp8-tensor", "qwen3-235b-tp8", "down", "", "256", "16/128/128/1/4/4,64/128/128/16/4/3"),
+    ("fp8-channel", "qwen3-235b-tp8", "down", "", "256", "8/64/128/16/4/5,64/128/128/16/4/3"),
+    ("fp8-block", "qwen3-235b-tp8", "down", "", "16,256", "16/128/128/16/4/3,64/128/128/16/4/3"),
+    ("int8-channel", "qwen3-235b-tp8", "down", "", "256", "64/128/128/16/4/3"),
+    ("int8-w8a16", "qwen3-235b-tp8", "down", "", "256", "64/128/128/16/4/3"),
+    ("bf16", "gpt-oss-120b", "up", "", "256", "16/64/128/1/4/3,64/128/128/16/4/3"),
+    *[
+        (path, None, SGLANG_TMA[tma], tma, "256,4096", configs)
+        for path, configs in (
+            ("bf16", "64/128/64/16/4/3"),
+            ("fp8-block", "16/128/128/16/4/3,64/128/128/16/4/3"),
+        )
+        for tma in SGLANG_TMA
+    ],
+]
+# The negative controls, which must come out different: (label, path, gemm, M, configs).
+# "vllm-twin": moetune's twin of vLLM 0.33's kernel, launched as moetune launches it,
+# against SGLang's kernel. "mutant": the SGLang twin with one expression changed
+# (`SGLANG_MUTATION`: B's load on even_Ks masked along K, as vLLM's kernel loads it).
+# Configs SGLang's kernel compiles on Triton 3.6 and 3.9 alike (fp8 block swap_ab with
+# BLOCK_SIZE_N above group_n).
+SGLANG_CONTROLS = [
+    ("vllm-twin", "fp8-block", "up", 256, "16/256/128/1/4/3,64/128/64/16/4/3,64/128/128/16/4/3"),
+    ("vllm-twin", "bf16", "up", 256, "64/128/64/16/4/3"),
+    ("mutant", "bf16", "up", 256, "64/128/64/16/4/3"),
+    ("mutant", "fp8-block", "down", 256, "16/256/128/1/4/3,64/128/128/16/4/3"),
+]
+SGLANG_MUTATION = (
+    "            b = tl.load(b_ptrs)\n",
+    "            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k_start, other=0.0)\n",
+)
+
+
+def load_sglang0523_kernel(path: Path):
+    """SGLang 0.5.23's ``fused_moe_kernel`` from its kernels file, or a one-line SystemExit."""
+    from moetune.engines.source import load_jit_functions
+
+    kernel = load_jit_functions(path, ("fused_moe_kernel",))["fused_moe_kernel"]
+    if not {"c_sorted", "FUSE_SWIGLU", "GDC_EARLY"} <= set(kernel.arg_names):
+        raise SystemExit(f"{path}: not SGLang 0.5.23's fused_moe_kernel")
+    return kernel
+
+
+def load_sglang_mutant():
+    """The twin of SGLang's kernel with `SGLANG_MUTATION` applied, from a temporary file
+    (Triton reads a kernel's source back from its file)."""
+    import parity
+
+    here = Path(__file__).resolve().parents[1] / "moetune" / "kernel"
+    source = (here / "fused_moe_kernel_sglang.py").read_text()
+    old, new = SGLANG_MUTATION
+    assert source.count(old) == 1, "the mutation's expression is not in the twin"
+    folder = Path(tempfile.mkdtemp(prefix="sglang_mutant_"))
+    path = folder / "fused_moe_kernel_sglang_mutant.py"
+    path.write_text(source.replace(old, new))
+    return parity.load_module(path, "fused_moe_kernel_sglang_mutant").fused_moe_kernel
+
+
+def sglang_launch(path: str, config: dict, *, down: bool, M: int, shape=None, tma=""):
+    """(grid, args, kwargs) SGLang 0.5.23's launcher passes its kernel, on sm90."""
+    from moetune.engines.launch import sglang_0_5_23
+    from moetune.engines.launch.common import GemmCall
+
+    launch = gemm_launch(path, config, down=down, M=M, shape=shape, aligned=True, tma=tma)
+    capture = _Capture()
+    sglang_0_5_23.launch(capture, GemmCall(**launch), capability=SM90)
+    return capture.calls[0]
+
+
+def compile_launch(fn, launch, sass_out: str = "") -> dict:
+    """`analyse` of `fn` specialized from a captured launch; {"error": ...} when it does
+    not compile. Also the launch's grid and runtime argument specializations."""
+    grid, call_args, call_kwargs = launch
+    sig, constexprs, attrs, options, runtime = launch_signature(fn, call_args, call_kwargs)
+    try:
+        result = analyse(fn, (sig, constexprs, attrs), options, sass_out=sass_out)
+    except Exception as exc:  # noqa: BLE001 - a kernel that does not compile is a result
+        message = str(exc).strip().splitlines()
+        result = {"error": f"{type(exc).__name__}: {message[-1] if message else ''}"[:300]}
+    return {**result, "_spec": (grid, runtime)}
+
+
+def sglang_record(kernels: dict, launches: dict, case: dict, args) -> dict:
+    """Compile each kernel from its launch; print and return the comparison."""
+    text = case["config"]
+    opcodes, errors, specs = {}, {}, {}
+    kwargs = launches["sglang"][2]  # the notes are of SGLang's launch
+    notes = {key: kwargs.get(key) for key in ("swap_ab", "even_Ks", "c_sorted", "GDC_EARLY")}
+    record = dict(case, **notes, triton=None)
+    for name, fn in kernels.items():
+        sass_out = ""
+        if args.sass_dir:
+            Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
+            tag = "_".join(str(case[key]) for key in ("path", "gemm", "tma", "M") if case[key])
+            sass_out = f"{args.sass_dir}/{tag}_{text.replace('/', '-')}_{name}.sass"
+        result = compile_launch(fn, launches[name], sass_out)
+        specs[name] = result.pop("_spec")
+        if "error" in result:
+            errors[name] = result["error"]
+        else:
+            opcodes[name] = result.pop("_opcodes")
+            record.setdefault("kernels", {})[name] = result
+        print(f"{text:>18} {name:>9}: {result}", flush=True)
+    first, second = kernels
+    record["errors"] = errors
+    record["launch_alike"] = specs[first] == specs[second]
+    if errors:
+        record["identical"] = None
+        verdict = "both fail to compile" if len(errors) == 2 else f"only {', '.join(errors)} fails"
+    else:
+        same = opcodes[first] == opcodes[second]
+        record["identical"] = same and record["launch_alike"]
+        record["instructions"] = [len(opcodes[first]), len(opcodes[second])]
+        verdict = f"whole SASS identical: {same}"
+        if not same:
+            index = next(
+                (i for i, (x, y) in enumerate(zip(*opcodes.values(), strict=False)) if x != y),
+                min(map(len, opcodes.values())),
+            )
+            verdict += f" (first difference at instruction {index} of {record['instructions']})"
+    print(f"{text:>18}  {notes}; launches alike: {record['launch_alike']}; {verdict}", flush=True)
+    return record
+
+
+def sglang_cases(args) -> list[tuple]:
+    """(path, shape, gemm, tma, Ms, configs) to compare: the suite, or the command line's."""
+    if args.suite:
+        return SGLANG_SUITE
+    if args.tma and SGLANG_TMA[args.tma] != ("down" if args.down else "up"):
+        raise SystemExit(f"--tma {args.tma} is the {SGLANG_TMA[args.tma]} GEMM's")
+    paths = list(PATHS) if args.path == "all" else [args.path]
+    gemm = "down" if args.down else "up"
+    return [(path, args.shape, gemm, args.tma, args.M, args.configs) for path in paths]
+
+
+def main_sglang(args, triton) -> int:
+    import json
+
+    import moetune.kernel.fused_moe_kernel_sglang as sglang_twin
+
+    reference = load_sglang0523_kernel(Path(args.sglang_ref))
+    records = []
+    if args.control:
+        records = sglang_controls(reference, args, triton)
+    else:
+        kernels = {"twin": sglang_twin.fused_moe_kernel, "sglang": reference}
+        for path, shape, gemm, tma, batch_sizes, configs in sglang_cases(args):
+            for M in (int(m) for m in str(batch_sizes).split(",")):
+                label = f"{shape or PATHS[path][0]}, {gemm} GEMM, tma {tma or '-'}, M={M}"
+                print(f"Triton {triton.__version__}, sm_90a, {path}, {label}", flush=True)
+                for text in (configs or SGLANG_CONFIGS[path]).split(","):
+                    config = dict(zip(CONFIG_KEYS, map(int, text.split("/")), strict=True))
+                    launch = sglang_launch(
+                        path, config, down=gemm == "down", M=M, shape=shape, tma=tma
+                    )
+                    case = dict(
+                        path=path, shape=shape or PATHS[path][0], gemm=gemm, tma=tma, M=M,
+                        config=text,
+                    )  # fmt: skip
+                    launches = {"twin": launch, "sglang": launch}
+                    records.append(sglang_record(kernels, launches, case, args))
+    for record in records:
+        record["triton"] = triton.__version__
+    if args.json:
+        Path(args.json).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return sglang_summary(records, control=args.control)
+
+
+def sglang_controls(reference, args, triton) -> list[dict]:
+    """`SGLANG_CONTROLS`: kernels that are not SGLang's, against SGLang's."""
+    import moetune.kernel.fused_moe_kernel as vllm_twin
+
+    records = []
+    mutant = load_sglang_mutant()
+    for control, path, gemm, M, configs in SGLANG_CONTROLS:
+        down = gemm == "down"
+        print(f"Triton {triton.__version__}, sm_90a, control {control}, {path}, {gemm}, M={M}")
+        for text in configs.split(","):
+            config = dict(zip(CONFIG_KEYS, map(int, text.split("/")), strict=True))
+            launch = sglang_launch(path, config, down=down, M=M)
+            if control == "vllm-twin":
+                twin_launch = captured_launches(path, config, down=down, M=M)["moetune"]
+                kernels = {"vllm-twin": vllm_twin.fused_moe_kernel, "sglang": reference}
+                launches = {"vllm-twin": twin_launch, "sglang": launch}
+            else:
+                kernels = {"mutant": mutant, "sglang": reference}
+                launches = {"mutant": launch, "sglang": launch}
+            case = dict(
+                control=control, path=path, shape=PATHS[path][0], gemm=gemm, tma="", M=M,
+                config=text,
+            )  # fmt: skip
+            records.append(sglang_record(kernels, launches, case, args))
+    return records
+
+
+def sglang_summary(records: list[dict], *, control: bool) -> int:
+    """Print the counts; exit status 0 when every comparison came out as it must."""
+    identical = sum(r["identical"] is True for r in records)
+    different = sum(r["identical"] is False for r in records)
+    both = [r for r in records if len(r["errors"]) == 2]
+    one = [r for r in records if len(r["errors"]) == 1]
+    print(
+        f"{len(records)} comparisons: {identical} identical, {different} different, "
+        f"{len(both)} where neither kernel compiles, {len(one)} where one kernel alone fails"
+    )
+    for r in both:
+        print(
+            f"  neither compiles: {r['path']} {r['gemm']} M={r['M']} {r['config']}: {r['errors']}"
+        )
+    if control:
+        print(f"negative controls all different: {different == len(records)}")
+        return 0 if different == len(records) else 1
+    print(f"all whole-SASS identical: {identical == len(records)}")
+    return 0 if identical == len(records) else 1
 
 
 def main_int4(args, parity, triton) -> int:
