@@ -13,7 +13,7 @@ left out), each kind of probe one point. Reported per point:
 - the cost of the twin's pick on the engine's kernel: engine time of the config the
   twin ranks first over the engine's best in the sample, minus one;
 - the median same-config time ratio twin / engine (1.0: no drift);
-- every engine output checked against the float32 reference (`moetune.tune.measure.verify`).
+- every output of both kernels checked against the float32 reference (`moetune.tune.measure.verify`).
 
 Rows are appended to ``OUT/fidelity.jsonl`` as they are measured; ``--report`` turns
 such a file into the Markdown table of BENCHMARKS.md.
@@ -72,16 +72,20 @@ def point_summary(rows: list[dict]) -> dict:
         "twin_pick_cost": pick["engine_us"] / min(engine) - 1.0,
         "ratio_median": statistics.median(t / e for t, e in zip(twin, engine, strict=True)),
         "max_rel_rms": max(
-            (r["engine_rel_rms"] for r in ok if "engine_rel_rms" in r), default=None
+            (r[f"{k}_rel_rms"] for r in ok for k in ("engine", "twin") if f"{k}_rel_rms" in r),
+            default=None,
         ),
     }
 
 
 def sample_configs(problem, batch_size: int, count: int, seed: int) -> list:
+    import torch
+
     from moetune.device import DeviceLimits
     from moetune.tune.search.space import default_space, prune
 
-    kept = prune(default_space(), problem, batch_size, DeviceLimits.from_torch()).kept
+    limits = DeviceLimits.from_torch() if torch.cuda.is_available() else DeviceLimits.h200()
+    kept = prune(default_space(), problem, batch_size, limits).kept
     return random.Random(seed * 1000 + batch_size).sample(kept, min(count, len(kept)))
 
 
@@ -150,10 +154,10 @@ def measure(args: argparse.Namespace) -> int:
                     timed = _timer(problem, m, config, item)
                     for inputs, name in order if index % 2 == 0 else order[::-1]:
                         _time(name, row, timed, inputs)
-                    if item is None:
-                        check = check_output(on_engine, config, dtype)
-                        row["engine_rel_rms"] = check.rel_rms
-                        row["engine_ok"] = check.ok
+                    if item is None:  # both kernels' outputs against the float32 reference
+                        for inputs, name in ((on_engine, "engine"), (on_twin, "twin")):
+                            check = check_output(inputs, config, dtype)
+                            row[f"{name}_rel_rms"], row[f"{name}_ok"] = check.rel_rms, check.ok
                     with rows_path.open("a") as f:
                         f.write(json.dumps(row) + "\n")
             del data, on_twin, on_engine
@@ -170,7 +174,7 @@ def report(path: Path) -> str:
         points.setdefault((row["shape"], row.get("probe", "whole"), row["M"]), []).append(row)
     lines = [
         "| shape | timed | M | configs | Spearman | twin's pick on the engine's kernel | "
-        "twin / engine, same config (median) | engine max rel. RMS |",
+        "twin / engine, same config (median) | max rel. RMS (both kernels) |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for (shape, probe, m), point in points.items():

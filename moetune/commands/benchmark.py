@@ -280,18 +280,19 @@ def _print_table(
 
     from moetune.commands.terminal import print_table
 
-    table = Table(title=f"{title}: us per call (speedup over the vLLM fallback)")
+    reference = names[0]  # the first engine's fallback
+    table = Table(title=f"{title}: us per call (speedup over the {labels[reference]})")
     table.add_column("M", justify="right")
     for name in names:
         table.add_column(labels[name], justify="right")
     for row in rows:
-        base = row["vllm_fallback"]["latency_us"]
+        base = row[reference]["latency_us"]
         cells = [str(row["batch_size"])]
         for name in names:
             entry = row[name]
             if entry["latency_us"] is None:
                 cells.append(entry["status"])
-            elif name == "vllm_fallback" or base is None:
+            elif name == reference or base is None:
                 cells.append(f"{entry['latency_us']:.1f}")
             else:
                 cells.append(f"{entry['latency_us']:.1f} ({base / entry['latency_us']:.2f}x)")

@@ -94,14 +94,18 @@ def engine_baselines(
         engine_dtype(problem),
         problem.block_shape,
     )
-    baselines = [
-        Baseline(
-            "vllm_fallback",
-            "vLLM fallback",
-            f"get_default_config of {vllm.FOLLOWS}",
-            {m: _candidate(c) for m, c in vllm.fallback_table(batch_sizes, *dims).items()},
+    # Each engine's own fallback, for that engine's file only: a plan of one engine's file
+    # times that engine's kernel, on which the other engine's fallback means nothing.
+    baselines = []
+    if "vllm" in engines:
+        baselines.append(
+            Baseline(
+                "vllm_fallback",
+                "vLLM fallback",
+                f"get_default_config of {vllm.FOLLOWS}",
+                {m: _candidate(c) for m, c in vllm.fallback_table(batch_sizes, *dims).items()},
+            )
         )
-    ]
     if "sglang" in engines:
         table = sglang.fallback_table(batch_sizes, *dims)
         baselines.append(

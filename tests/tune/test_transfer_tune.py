@@ -271,11 +271,12 @@ def test_tune_dry_run_says_the_second_kernels_search_is_a_transfer(tmp_path, mon
     assert text.exit_code == 0, text.output
     # vLLM's file on vLLM's kernel first; SGLang (not installed) on moetune's twin after it.
     assert "Kernel:      vLLM 0.33.0's fused_moe_kernel" in text.output
-    assert "Kernel:      moetune's twin" in text.output
+    assert "Kernel:      moetune's twin of SGLang 0.5.23's fused_moe_kernel" in text.output
     assert (SEEDED_LINE in text.output) == (search == "fast")
     data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).stdout)
     first, second = data["shapes"]
-    assert first["kernel"]["engine"] == "vllm" and second["kernel"] is None
+    assert first["kernel"]["engine"] == "vllm" and not first["kernel"]["twin"]
+    assert second["kernel"]["engine"] == "sglang" and second["kernel"]["twin"]
     assert first["seeded_from"] is None
     assert second["seeded_from"] == (first["problem"] if search == "fast" else None)
     if search == "fast":
