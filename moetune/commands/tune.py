@@ -222,11 +222,8 @@ def tune(
     if not json_:
         for note in notes:
             say(err, f"Note: {note}")
-    for line in sweep_lines(sweep):
+    for line in sweep_lines(sweep, compare=lambda plan: _compare_line(plan.request)):
         out.print(line, markup=False, soft_wrap=True)
-    for index, plan in enumerate(sweep.plans):
-        label = f"Compare {sweep.plan_tag(index)}:" if sweep.is_sweep else "Compare:    "
-        out.print(f"{label} {_compare_line(plan.request)}", markup=False, soft_wrap=True)
     for target in targets:
         out.print(
             f"Install:     {target.engine} -> {target.folder} ({target.source})", markup=False

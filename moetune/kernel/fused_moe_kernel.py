@@ -60,7 +60,8 @@ zero-fills boxes past a tensor's edge, so those loads take no masks. These are
 constexpr branches of their own (``a_desc`` / ``w_desc`` not None, ``C_SORTED``): dead,
 and absent from the SASS, on vLLM's paths. SGLang 0.5.23's kernel differs from vLLM's
 (unmasked loads when K divides, its own transposes for swap_ab), so on SGLang's
-paths this is a correct kernel, not SGLang's SASS.
+paths this is a correct kernel, not SGLang's SASS: SGLang's files are timed on its
+own twin, `moetune.kernel.fused_moe_kernel_sglang`.
 
 Quantization paths (``quant_dtype``): None (bf16/fp16 tensor cores); ``"fp8_w8a8"``
 per-tensor (fp8 x fp8 tensor-core dot, both scales applied once at the end);

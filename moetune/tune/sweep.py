@@ -453,14 +453,22 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def sweep_lines(sweep: SweepPlan) -> list[str]:
-    """The plan as printed before any work (a single layout: the plain plan plus two lines)."""
+def sweep_lines(sweep: SweepPlan, compare: Callable[[TunePlan], str] | None = None) -> list[str]:
+    """The plan as printed before any work (a single layout: the plain plan plus two lines).
+
+    `compare(plan)` names the baselines a plan will time (its ``Compare:`` line).
+    """
     estimates = sweep.estimates()
+
+    def compare_lines(plan: TunePlan) -> list[str]:
+        return [f"Compare:     {compare(plan)}"] if compare is not None else []
+
     if not sweep.is_sweep:  # one layout: its plan, or one per kernel timed
         lines: list[str] = []
         for plan, est in zip(sweep.plans, estimates, strict=True):
             lines += ([""] if lines else []) + plan_lines(plan)
             lines.append(_estimate_line(est, est.seconds))
+            lines += compare_lines(plan)
         return lines
     reason = {s.layout: s.reason for s in sweep.skipped}
     width = max(len(layout.label()) for layout in sweep.layouts)
@@ -495,6 +503,7 @@ def sweep_lines(sweep: SweepPlan) -> list[str]:
             f"~{format_duration(est.seconds)} ({est.pairs} pruned pairs, ~{est.timed} timed)"
         )
         lines.extend(f"  {line}" for line in plan_lines(plan) if not line.startswith("Results:"))
+        lines.extend(f"  {line}" for line in compare_lines(plan))
     return lines
 
 
