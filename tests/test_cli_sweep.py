@@ -38,7 +38,7 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
     assert "  TP8 EP bf16  skipped: --tp 8 --ep cannot split 4 experts" in out
     assert "Shape 1/2 on moetune's twin of the vLLM 0.33.0 kernel: serves TP1 EP bf16; ~" in out
     assert "Shape 2/2 on moetune's twin of the SGLang 0.5.23 kernel: serves TP2 EP bf16; ~" in out
-    assert "    Compare:     SGLang fallback, no existing engine file found" in out
+    assert "\n  Compare:     SGLang fallback, no existing engine file found" in out
     assert "Estimate:    ~" in out and "an estimate from the H200 rates" in out
     assert f"Results:     {tmp_path / STORE_FILENAME} (one resumable store for every shape)" in out
     assert "Batch sizes: 2, 4" in out
