@@ -48,6 +48,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Protocol
 
 from moetune.device import DeviceLimits
@@ -598,19 +599,23 @@ class _Search:
         self.members = set(space)
         self.values = values_by_param(space)
 
+    @cached_property
+    def ranked(self) -> list[Candidate]:
+        """The space, the cost model's fastest first."""
+        return rank_candidates(self.problem, self.timings.batch_size, self.space, self.limits)
+
     def pool(self) -> list[Candidate]:
-        ranked = rank_candidates(self.problem, self.timings.batch_size, self.space, self.limits)
-        initial = max(self.opts.initial, math.ceil(self.opts.initial_fraction * len(ranked)))
-        return ranked[:initial]
+        """The cost model's favourites, timed first."""
+        initial = max(self.opts.initial, math.ceil(self.opts.initial_fraction * len(self.ranked)))
+        return self.ranked[:initial]
 
     def seed(self, seeds: list[Candidate]) -> Job:
         """Time the cost model's pool and `seeds` at quick fidelity (walking down the
         model's ranking while nothing has run)."""
-        timings, opts = self.timings, self.opts
-        ranked = rank_candidates(self.problem, timings.batch_size, self.space, self.limits)
-        initial = max(opts.initial, math.ceil(opts.initial_fraction * len(ranked)))
-        pool = ranked[:initial] + [nearest_in_space(s, self.space) for s in seeds]
-        yield from timings.measure(pool, "quick")
+        timings, ranked = self.timings, self.ranked
+        pool = self.pool()
+        initial = len(pool)
+        yield from timings.measure(pool + [nearest_in_space(s, self.space) for s in seeds], "quick")
         # Nothing ran yet (every early candidate failed): walk down the model's ranking.
         next_index = initial
         while not timings.best("quick", 1) and next_index < len(ranked):
