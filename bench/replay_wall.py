@@ -10,32 +10,37 @@ the next unit of its queue when idle.
 
 - A warm unit (compile one candidate at one batch size) takes the candidate's recorded
   `compile_s` there on one warmer. Triton's cache serves a kernel compiled before: a
-  compile recorded as cheap (under `CACHED_S`) at one batch size reused one recorded
-  dearer at another; if that one has not finished on the simulated clock when this
-  one starts, this one pays its price too (two processes compile the same kernel).
+  compile recorded as cheap (under `CACHED_S`) at one batch size loaded the kernel of the
+  latest dearer compile of the candidate before it, so those batch sizes share one
+  kernel, priced at that compile and paid by whichever compiles it first here (a second
+  process starting it before the first has finished pays it too); the others load it.
 - A timing takes the median gap between consecutive rows of its batch size and
   fidelity in the store (the timer's rate while busy, kernel loading included).
-- A worker whose batch size changes rebuilds its inputs: `--switch-s` seconds.
+- A worker whose batch size changes sets up its inputs: `--switch-s` seconds before the
+  pipeline (drawing the weights: 11 ms bf16, 109 ms fp8 block on an H200, plus the unit's
+  round trip), `--tokens-switch-s` now (`moetune.kernel.problem.with_tokens`).
 - A timing the store does not have (a search that asks another question than the
   recorded one did) comes back as a failure ("not recorded") at the store's median
   compile price; the report counts these misses. The recorded search itself asks
   none: replayed as recorded, it asks exactly the store's questions.
 
 Search time in the main process (the cost model, the bookkeeping) is left out: the
-recorded searches' Python time is under half a second per tune.
+recorded searches' Python time is under half a second per tune. Against H200 runs replayed
+on their own stores (bench/results/2026-12-02-search-pipeline), the model runs 5-19 % fast
+for both schedules.
 
 For each store: the first kernel's fast search, and, where the store holds a second
 kernel's plan (a both-engine tune), its transfer search seeded from the first kernel's
 recorded full-fidelity rows (as `moetune.tune.runner.transfer_seeds` seeds it). Each is
-replayed twice: as the tuner searched before (``sequential``: batch sizes one after
-another, each search's rounds one at a time: `SEQUENTIAL`) and as it searches now
-(``pipelined``: the searches' jobs run together through one backend), each on a fresh
-clock. Printed: the recorded span of the search (first row to last), the simulated
-wall times, compile CPU seconds, the picks' recorded full-fidelity latencies and the
-new pick's difference to the old at every batch size.
+replayed as the tuner searched before (`SEQUENTIAL`: `FastSearchOptions(pipelined=False)`,
+batch sizes one after another) and as it searches now (`PIPELINED`: the searches' jobs
+run together through one backend; for fast search also `CONFINED` to the candidates the
+store timed at each batch size, so nothing is missing), each on a fresh clock. Printed:
+the recorded span of the search (first row to last), the simulated wall times, compile
+CPU seconds, and the new picks' recorded full-fidelity latencies against the old ones.
 
     python bench/replay_wall.py [STORE.jsonl[.gz] ...] [--workers 14] [--switch-s 0.05]
-        [--json OUT]
+        [--tokens-switch-s 0.005] [--json OUT]
 
 With no store it replays the four recorded H200 default tunes (`RECORDED`).
 """

@@ -32,7 +32,7 @@ on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
   synthetic GPU, tests/tune/test_strategy_transfer.py). Compiling costs CPU
   seconds per whole-call timing by kernel dtype (`COMPILE_S_PER_TIMING`, the
   median over the recorded H200 searches of each, bench/compile_rates.py: bf16
-  0.36 over 15 searches, fp8 block 0.56, fp8 per channel 0.71, int8 0.54);
+  0.36 over 21 searches, fp8 block 0.56, fp8 per channel 0.71, int8 0.54);
   the timer takes about 0.02 s a timing (the median gap between a search's
   rows, 0.015-0.026 s). The tail factors are the replayed wall over that bound
   (bench/replay_wall.py on the four recorded default tunes: fast search
