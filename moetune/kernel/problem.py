@@ -9,7 +9,7 @@ and a relative error means the same thing at every shape.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from moetune.dtypes import DTYPES
@@ -144,3 +144,19 @@ def make_problem(
             w2_zp=w2_zp,
         )
     return MoEProblem(x=x, w1=w1, w2=w2, router_logits=logits, top_k=top_k, quant=quant)
+
+
+def with_tokens(problem: MoEProblem, num_tokens: int, seed: int = 0) -> MoEProblem:
+    """`problem`'s expert weights with `num_tokens` fresh tokens: x and the router logits
+    drawn (standard normal, as `make_problem` draws them) from `seed` and the token count.
+
+    Drawing and quantizing the weights is most of `make_problem`'s work; the tuner's
+    workers keep one problem's weights while the batch size changes.
+    """
+    import torch
+
+    x, logits = problem.x, problem.router_logits
+    generator = torch.Generator(device=x.device).manual_seed(seed * 1_000_003 + num_tokens)
+    tokens = torch.randn(num_tokens, x.shape[1], generator=generator, device=x.device)
+    scores = torch.randn(num_tokens, logits.shape[1], generator=generator, device=x.device)
+    return replace(problem, x=tokens.to(x.dtype), router_logits=scores.to(logits.dtype))

@@ -18,18 +18,29 @@ how many measurements are saved and where.
 Time estimate (`estimate`): every stage the run goes through, at rates measured
 on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
 
-- whole-call search: fast search timed 10-13 % of the pruned (candidate, M)
-  pairs at about 0.06 s per timing, compiling overlapped (Qwen3-30B TP1: 136 s
-  for 2,113 of 20,296; Mixtral TP2: 116 s for 1,873 of 14,316;
-  bench/results/tune-h200.md);
-- transfer search (a second kernel's plan of the same problem, seeded from
-  the first one's results): about 40 whole-call timings per batch size
-  whatever the space (replayed on the recorded Qwen3-30B TP1 tunes on vLLM
-  0.33.0's and SGLang 0.5.23's kernels: 726 timings over 18 batch sizes;
-  37-46 per batch size on the two-kernel synthetic GPU,
-  tests/tune/test_strategy_transfer.py), at the same rate;
+- whole-call search (fast, and a transfer): the searches of every batch size run
+  side by side (`moetune.tune.search.strategy`), so the 14 compile processes and
+  the GPU's timer work together and a search takes the longer of its compiling
+  over the processes and its timings on the timer, times a tail factor for the
+  rounds that wait on a last slow compile. Fast search times about 12 % of the
+  pruned (candidate, M) pairs (11-13 % in the recorded H200 tunes: Qwen3-235B
+  TP4 2,364 of 18,352, bench/results/2026-12-02-default-tune-times/); a transfer
+  (a second kernel's plan of the same problem, seeded from the first one's
+  results) about 40 timings per batch size whatever the space (replayed on the
+  recorded Qwen3-30B TP1 tunes on vLLM 0.33.0's and SGLang 0.5.23's kernels:
+  726 timings over 18 batch sizes; 37-46 per batch size on the two-kernel
+  synthetic GPU, tests/tune/test_strategy_transfer.py). Compiling costs CPU
+  seconds per whole-call timing by kernel dtype (`COMPILE_S_PER_TIMING`, the
+  median over the recorded H200 searches of each, bench/compile_rates.py: bf16
+  0.36 over 21 searches, fp8 block 0.56, fp8 per channel 0.71, int8 0.54);
+  the timer takes about 0.02 s a timing (the median gap between a search's
+  rows, 0.015-0.026 s). The tail factors are the replayed wall over that bound
+  (bench/replay_wall.py on the four recorded default tunes: fast search
+  1.16-1.2 for bf16, 1.4 for fp8 block, whose slowest compiles take 40 s;
+  transfers 1.5-1.6). Exhaustive search keeps its sequential rate, about 0.06 s
+  per timing (Qwen3-30B TP1: 136 s for 2,113 timings, bench/results/tune-h200.md);
 - baselines: each engine's fallback config and the file it loads today, one
-  whole-call timing per batch size each, at the same rate;
+  whole-call timing per batch size each, at 0.06 s;
 - split search (engines that read a down table, `moetune.tune.search.split_search`):
   a lone-GEMM timing takes about 0.065 s and a whole call with split configs
   (the pair confirmations) about 0.14 s (10,444 and 175 of them in the six
@@ -86,9 +97,23 @@ from moetune.tune.runner import (
 from moetune.tune.signals import STOP_SIGNALS
 
 # See the module docstring for where these come from.
-SECONDS_PER_TIMED = 0.06  # one whole-call timing (search or baseline)
+SECONDS_PER_TIMED = 0.06  # one whole-call timing, one after another (baselines, exhaustive)
 SECONDS_PER_SHAPE = 10.0  # start-up, the check against the reference, ceilings, files
-FAST_SEARCH_SHARE = 0.11  # of the pruned pairs, timed by the whole-call fast search
+FAST_SEARCH_SHARE = 0.12  # of the pruned pairs, timed by the whole-call fast search
+# Whole-call searches run their batch sizes side by side: compile processes and the timer.
+H200_COMPILE_WORKERS = 14  # 16 cores, less the timer and the main process
+TIMER_S_PER_TIMING = 0.02  # the timer's seconds per whole-call timing
+# CPU seconds of compiling per whole-call timing, by kernel dtype family (`compile_family`).
+# wna16: the current int4 kernel's store (kernel_rev=2); the first revision took 2.5.
+COMPILE_S_PER_TIMING = {
+    "bf16": 0.36,
+    "fp8": 0.34,
+    "fp8_block": 0.56,
+    "fp8_channel": 0.71,
+    "int8_w8a8": 0.54,
+    "wna16": 0.83,
+}
+SEARCH_TAIL = {"fast": 1.2, "fp8_block": 1.4, "transfer": 1.5}  # wall over the bound
 TRANSFER_PER_BATCH = 40  # whole-call timings per batch size of a transfer search
 SECONDS_PER_LONE = 0.065  # one lone-GEMM timing of the split search
 SECONDS_PER_PAIR = 0.14  # one whole call with split configs (pair or single, confirming)
@@ -101,7 +126,7 @@ CALL_OVER_FLOOR = 2.0  # a searched call's time over its roofline floor (module 
 H200_READ_BYTES_PER_S = 4.8e12
 H200_PEAK_FLOPS = {"bf16": 7.7e14, "fp8": 1.4e15, "int8": 9.4e14}
 ESTIMATE_NOTE = (
-    "an estimate from the H200 rates of bench/results/tune-h200.md and BENCHMARKS.md; "
+    "an estimate from the H200 rates of BENCHMARKS.md's Tune time and the runs it cites; "
     "other machines differ"
 )
 
@@ -156,6 +181,8 @@ class Estimate:
     stages: tuple[tuple[str, float], ...] = ()  # (stage, seconds), in the order they run
     # Batch size -> least seconds of one timing there, where its calls outlast the rates.
     long_timing_s: Mapping[int, float] = field(default_factory=dict)
+    # Seconds of the search stage each of its whole-call timings stands for (progress bar).
+    search_rate: float = SECONDS_PER_TIMED
 
     def stage_seconds(self, name: str) -> float:
         return dict(self.stages).get(name, 0.0)
@@ -184,6 +211,31 @@ def long_timing_seconds(problem: TuneProblem, batch_size: int) -> float:
     )
     peak = H200_PEAK_FLOPS[peak_kind(problem.dtype)]
     return calls * CALL_OVER_FLOOR * roof.floor_seconds(H200_READ_BYTES_PER_S, peak)
+
+
+def compile_family(problem: TuneProblem) -> str:
+    """The kernel dtype family whose compile rate prices `problem` (`COMPILE_S_PER_TIMING`)."""
+    dtype = problem.dtype
+    if dtype in ("bf16", "fp16"):
+        return "bf16"
+    if dtype == "fp8_w8a8":
+        if problem.block_shape:
+            return "fp8_block"
+        return "fp8_channel" if problem.per_channel else "fp8"
+    if dtype in ("int4_w4a16", "int8_w8a16"):
+        return "wna16"
+    return dtype if dtype in COMPILE_S_PER_TIMING else "bf16"
+
+
+def search_seconds(
+    problem: TuneProblem, timed_per_m: Mapping[int, float], long: Mapping[int, float], tail: float
+) -> float:
+    """A whole-call search's wall on an H200: compiling over the compile processes or timing on
+    the timer, whichever is longer (a long call's timing takes its calls' time), times `tail`."""
+    family = compile_family(problem)
+    compiling = sum(timed_per_m.values()) * COMPILE_S_PER_TIMING[family] / H200_COMPILE_WORKERS
+    timing = sum(n * max(TIMER_S_PER_TIMING, long.get(m, 0.0)) for m, n in timed_per_m.items())
+    return tail * max(compiling, timing)
 
 
 def split_variant_count(plan: TunePlan) -> int:
@@ -237,11 +289,18 @@ def estimate(plan: TunePlan) -> Estimate:
         return sum(count(m) * max(0.0, long[m] - rate) for m in request.batch_sizes)
 
     per_engine = BASELINES_PER_ENGINE * len(request.engines)
+    if exhaustive:
+        search_s = SECONDS_PER_TIMED * timed + beyond(
+            SECONDS_PER_TIMED, lambda m: timed_per_m.get(m, 0)
+        )
+    else:
+        if plan.seeded_from is not None:
+            tail = SEARCH_TAIL["transfer"]
+        else:
+            tail = SEARCH_TAIL.get(compile_family(plan.problem), SEARCH_TAIL["fast"])
+        search_s = search_seconds(plan.problem, timed_per_m, long, tail)
     stages = (
-        (
-            "search",
-            SECONDS_PER_TIMED * timed + beyond(SECONDS_PER_TIMED, lambda m: timed_per_m.get(m, 0)),
-        ),
+        ("search", search_s),
         (
             "baselines",
             SECONDS_PER_TIMED * baselines + beyond(SECONDS_PER_TIMED, lambda m: per_engine),
@@ -260,7 +319,8 @@ def estimate(plan: TunePlan) -> Estimate:
         ("fixed", SECONDS_PER_SHAPE),
     )
     seconds = sum(value for _, value in stages)
-    return Estimate(seconds, pairs, timed, split, lone, stages, long)
+    rate = search_s / timed if timed else SECONDS_PER_TIMED
+    return Estimate(seconds, pairs, timed, split, lone, stages, long, rate)
 
 
 STAGE_LABELS = {

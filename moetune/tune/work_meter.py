@@ -23,13 +23,13 @@ class WorkMeter:
     """Estimated seconds done out of `total`; `stage` names come from `runner.STAGES`."""
 
     def __init__(self, estimate: Any) -> None:
-        from moetune.tune.sweep import SECONDS_PER_LONE, SECONDS_PER_PAIR, SECONDS_PER_TIMED
+        from moetune.tune.sweep import SECONDS_PER_LONE, SECONDS_PER_PAIR
 
         self.estimate = estimate
         self.total = float(estimate.seconds)
         self.fixed_share = estimate.stage_seconds("fixed") / (len(FIXED_STAGES) + 1)
         self.rates = {
-            "whole": SECONDS_PER_TIMED,
+            "whole": estimate.search_rate,
             "up": SECONDS_PER_LONE,
             "down": SECONDS_PER_LONE,
             "pair": SECONDS_PER_PAIR,

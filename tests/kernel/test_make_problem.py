@@ -5,7 +5,7 @@ import torch
 
 from moetune.errors import MoetuneError
 from moetune.kernel.naive import naive_fused_moe
-from moetune.kernel.problem import make_problem
+from moetune.kernel.problem import make_problem, with_tokens
 
 
 @pytest.mark.parametrize(
@@ -38,6 +38,17 @@ def test_same_seed_same_problem_other_seed_other_problem():
     a, b, c = (make_problem(2, 4, 16, 32, 2, "bf16", device="cpu", seed=s) for s in (0, 0, 1))
     assert torch.equal(a.w1, b.w1) and torch.equal(a.x, b.x)
     assert not torch.equal(a.w1, c.w1)
+
+
+def test_with_tokens_keeps_the_weights_and_draws_tokens_per_count_and_seed():
+    base = make_problem(1, 4, 16, 32, 2, "fp8_w8a8", (16, 16), device="cpu")
+    five = with_tokens(base, 5)
+    assert five.x.shape == (5, 32) and five.router_logits.shape == (5, 4)
+    assert five.x.dtype == base.x.dtype and five.router_logits.dtype == base.router_logits.dtype
+    assert five.w1 is base.w1 and five.w2 is base.w2 and five.quant is base.quant
+    assert torch.equal(with_tokens(base, 5).x, five.x)  # the same count and seed: the same
+    assert not torch.equal(with_tokens(base, 5, seed=1).x, five.x)
+    assert not torch.equal(with_tokens(base, 6).x[:5], five.x)
 
 
 @pytest.mark.parametrize("K,N", [(64, 32), (2048, 768)])

@@ -32,13 +32,24 @@ def _unit(*parts: object) -> float:
 
 
 class SyntheticGPU:
-    """`Measurer` over an analytic landscape; `true_us` is the noise-free latency (None = fails)."""
+    """`Measurer` over an analytic landscape; `true_us` is the noise-free latency (None = fails).
 
-    def __init__(self, problem: TuneProblem, seed: int, limits: DeviceLimits | None = None):
+    The noise is drawn call after call; with `fixed_noise` each (batch size, candidate,
+    fidelity) gets its own draw, the same whenever and in whatever order it is timed.
+    """
+
+    def __init__(
+        self,
+        problem: TuneProblem,
+        seed: int,
+        limits: DeviceLimits | None = None,
+        fixed_noise: bool = False,
+    ):
         self.problem = problem
         self.seed = seed
         self.limits = limits or DeviceLimits.h200()
         self.rng = random.Random(seed)
+        self.fixed_noise = fixed_noise
         rnd = random.Random(seed * 7919 + 1)
         # Bowl optimum per parameter: intercept and drift with log2(M), in log2 units.
         self.opt = {name: (rnd.uniform(-1.0, 1.0), rnd.uniform(-1.0, 1.0)) for name in PARAM_NAMES}
@@ -142,7 +153,10 @@ class SyntheticGPU:
                     status=self.failure(c, batch_size), error="synthetic failure", **common
                 )
                 continue
-            observed = truth * (1.0 + self.rng.gauss(0.0, NOISE[fidelity]))
+            rng = self.rng
+            if self.fixed_noise:
+                rng = random.Random(_unit("noise", self.seed, batch_size, c, fidelity))
+            observed = truth * (1.0 + rng.gauss(0.0, NOISE[fidelity]))
             out[c] = Measurement(
                 status="ok",
                 latency_us=observed,
@@ -175,8 +189,9 @@ class OtherKernelGPU(SyntheticGPU):
         limits: DeviceLimits | None = None,
         tilt: float = 0.02,
         rugged: float = 0.04,
+        fixed_noise: bool = False,
     ):
-        super().__init__(problem, seed, limits)
+        super().__init__(problem, seed, limits, fixed_noise)
         rnd = random.Random(seed * 104729 + 7)
         self.tilt = {name: rnd.uniform(-tilt, tilt) for name in PARAM_NAMES}
         self.rugged = rugged
@@ -196,3 +211,58 @@ class OtherKernelGPU(SyntheticGPU):
         )
         rugged = self.rugged * (_unit("other kernel", self.seed, m, eff) - 0.5)
         return first * math.exp(tilt) * (1.0 + rugged)
+
+
+class SyntheticBackend:
+    """A `moetune.tune.measure.measurer.Backend` over a synthetic GPU, answering out of order.
+
+    `compile_workers` warmers (compiling never fails but where the GPU's failure is a
+    compiler's) and one timer. The units handed over wait together; each step finishes
+    one of them chosen at random (`seed`), so outcomes come back in an order unlike any
+    real run's. `log` keeps (mode, batch size, candidate) per outcome, `most_warm_held`
+    the most warm units held at once; `stop_after` raises KeyboardInterrupt once that
+    many outcomes have come back (a run killed midway).
+    """
+
+    parallelism = 1
+
+    def __init__(self, gpu, compile_workers: int = 4, seed: int = 0, stop_after=None):
+        self.gpu = gpu
+        self.compile_workers = compile_workers
+        self.rng = random.Random(seed)
+        self.stop_after = stop_after
+        self.log: list[tuple[str, int, Candidate]] = []
+        self.most_warm_held = 0
+
+    def run(self, units, then=None):
+        from moetune.tune.measure.timing import Outcome
+
+        held = list(units)
+        while held:
+            warm = sum(1 for unit in held if unit.mode == "warm")
+            self.most_warm_held = max(self.most_warm_held, warm)
+            unit = held.pop(self.rng.randrange(len(held)))
+            outcomes = []
+            for candidate in unit.candidates:
+                if self.stop_after is not None and len(self.log) >= self.stop_after:
+                    raise KeyboardInterrupt
+                self.log.append((unit.mode, unit.batch_size, candidate))
+                if unit.mode == "warm":
+                    failure = self.gpu.failure(candidate, unit.batch_size)
+                    final = failure in ("compile_error", "out_of_resources")
+                    outcome = Outcome(candidate, failure if final else "ok", compile_s=0.5)
+                else:
+                    m = self.gpu.measure(unit.batch_size, [candidate], unit.mode)[candidate]
+                    outcome = Outcome(
+                        candidate, m.status, m.latency_us, m.p20_us, m.p80_us, error=m.error
+                    )
+                outcomes.append(outcome)
+                yield unit, outcome
+            if then is not None:
+                held += list(then(unit, outcomes))
+
+    def measure_ceilings(self):
+        raise AssertionError("no ceilings on a CPU run")
+
+    def close(self):
+        pass

@@ -1,5 +1,9 @@
 """The store-backed measurer: resume from the store, and the parallel compile pass."""
 
+import sys
+from collections import Counter
+from pathlib import Path
+
 import pytest
 
 from moetune.kernel.config import Candidate
@@ -14,6 +18,10 @@ OTHER = Candidate(16, 32, 64, 1, 4, 2)
 BAD_COMPILE = Candidate(16, 64, 32, 1, 4, 2)
 RAISES = Candidate(16, 64, 64, 1, 4, 2)
 CONTEXT = RunContext(PROBLEM, "NVIDIA H200", "3.6.0")
+SMALL = TuneProblem(8, 64, 128, 2, "bf16")  # every candidate above runs on the synthetic GPU
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic import SyntheticBackend, SyntheticGPU  # noqa: E402
 
 
 class Recording:
@@ -76,3 +84,88 @@ def test_stored_measurements_are_reused_not_measured(tmp_path, pool):
     overwrite = StoreMeasurer(CONTEXT, pool, ResultStore(tmp_path / "m.jsonl"), overwrite=True)
     overwrite.measure(4, [GOOD], "quick")
     assert overwrite.timed == 1 and overwrite.reused == 0
+
+
+# --- measure_stream: many asks through one backend run (no worker processes) -------------
+
+
+class Ask:
+    """What `measure_stream` reads of `moetune.tune.search.strategy.Ask`."""
+
+    def __init__(self, batch_size, candidates, fidelity="quick", priority=0):
+        self.batch_size, self.candidates = batch_size, tuple(candidates)
+        self.fidelity, self.priority = fidelity, priority
+
+
+class Held(SyntheticBackend):
+    """Also keeps every set of (mode, batch size, candidate) held at once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.held = []
+
+    def run(self, units, then=None):
+        units = list(units)
+        self.held.append({(u.mode, u.batch_size, u.candidates) for u in units})
+
+        def noted(unit, outcomes):
+            more = list(then(unit, outcomes)) if then else []
+            self.held.append({(u.mode, u.batch_size, u.candidates) for u in more})
+            return more
+
+        yield from super().run(units, noted)
+
+
+def stream(tmp_path, compile_workers=4):
+    gpu = SyntheticGPU(SMALL, 0, fixed_noise=True)
+    backend = Held(gpu, compile_workers)
+    context = RunContext(SMALL, "Synthetic GPU", "0.0.0")
+    return StoreMeasurer(context, backend, ResultStore(tmp_path / "m.jsonl")), backend
+
+
+def test_a_candidate_asked_by_two_asks_at_once_is_compiled_and_timed_once(tmp_path):
+    measurer, backend = stream(tmp_path)
+    first, second = Ask(16, [GOOD, OTHER]), Ask(16, [OTHER, GOOD, RAISES])
+    answers = {}
+    measurer.measure_stream(
+        [first, second], lambda ask, got: answers.setdefault(id(ask), got) and []
+    )
+    assert set(answers[id(first)]) == {GOOD, OTHER}
+    assert set(answers[id(second)]) == {GOOD, OTHER, RAISES}
+    assert answers[id(first)][OTHER] is answers[id(second)][OTHER]
+    assert max(Counter(backend.log).values()) == 1  # each compiled once, timed at most once
+    assert {c for mode, _, c in backend.log if mode == "warm"} == {GOOD, OTHER, RAISES}
+    assert len(ResultStore(tmp_path / "m.jsonl").all()) == 3 == measurer.timed
+
+
+def test_the_asks_that_follow_an_answer_join_the_same_run_and_lower_priorities_go_first(
+    tmp_path,
+):
+    measurer, backend = stream(tmp_path, compile_workers=1)
+    later = Ask(64, [BAD_COMPILE], "full")
+    order = []
+
+    def answered(ask, got):
+        order.append(ask.batch_size)
+        return [later] if ask.batch_size == 32 else []
+
+    # One compile worker: the ask queued last but with the lower number is compiled first.
+    measurer.measure_stream([Ask(16, [GOOD, OTHER], priority=5), Ask(32, [RAISES])], answered)
+    warmed = [(m, c) for mode, m, c in backend.log if mode == "warm"]
+    assert warmed[0] == (32, RAISES)
+    assert set(warmed) == {(16, GOOD), (16, OTHER), (32, RAISES), (64, BAD_COMPILE)}
+    assert order[0] == 32 and sorted(order) == [16, 32, 64]
+    assert ("full", 64, BAD_COMPILE) in backend.log
+    assert max(sum(1 for mode, *_ in held if mode == "warm") for held in backend.held) <= 1
+
+
+def test_a_kernel_compiled_at_one_batch_size_is_compiled_after_it_at_another(tmp_path):
+    """Two batch sizes most often share the kernel: the second compile waits for the first
+    (Triton's cache then serves it), never running beside it."""
+    measurer, backend = stream(tmp_path, compile_workers=4)
+    measurer.measure_stream([Ask(16, [GOOD]), Ask(32, [GOOD, OTHER])], lambda ask, got: [])
+    warms = [(m, c) for mode, m, c in backend.log if mode == "warm"]
+    assert warms.index((16, GOOD)) < warms.index((32, GOOD))
+    for held in backend.held:
+        assert not {("warm", 16, (GOOD,)), ("warm", 32, (GOOD,))} <= held
+    assert measurer.warm_count == 3 and measurer.timed == 3

@@ -155,15 +155,19 @@ def test_small_spaces_are_timed_whole():
     assert {f for _, _, f in gpu.calls} == {"full"}
 
 
-def test_results_are_reported_as_they_become_final():
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_results_are_reported_once_each_as_they_become_final(pipelined):
     seen = []
     spaces = pruned_spaces(QWEN3_30B, (1, 64, 4096))
     gpu = SyntheticGPU(QWEN3_30B, seed=0)
+    options = FastSearchOptions(pipelined=pipelined)
     results = fast_search(
-        [64, 1, 4096], spaces.__getitem__, gpu, QWEN3_30B, H200, on_result=seen.append
+        [64, 1, 4096], spaces.__getitem__, gpu, QWEN3_30B, H200, options, on_result=seen.append
     )
-    assert [r.batch_size for r in seen] == [4096, 64, 1]
     assert list(results) == [1, 64, 4096]
+    assert {r.batch_size: r for r in seen} == results and len(seen) == 3
+    if not pipelined:  # the refine pass goes down the batch sizes, each final in turn
+        assert [r.batch_size for r in seen] == [4096, 64, 1]
 
 
 def test_neighbours_move_one_parameter_anywhere_or_two_paired_one_step():

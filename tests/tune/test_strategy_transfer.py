@@ -37,7 +37,7 @@ H200 = DeviceLimits.h200()
 QWEN3_30B = TuneProblem(128, 768, 2048, 8, "bf16")
 MIXTRAL_TP2 = TuneProblem(8, 7168, 4096, 2, "bf16")
 DEEPSEEK_V3_TP8 = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
-RECORDED = Path(__file__).resolve().parents[2] / "bench/results/h200-2026-12-02-engine-kernels"
+RECORDED = Path(__file__).resolve().parents[2] / "bench/results/2026-12-02-engine-kernels"
 
 
 def pruned_spaces(problem, batch_sizes=DEFAULT_BATCH_SIZES):

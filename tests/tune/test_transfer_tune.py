@@ -26,8 +26,10 @@ from moetune.tune.runner import plan_lines, ranked, run_tune
 from moetune.tune.search.space import DeviceLimits, default_space
 from moetune.tune.store import ResultStore
 from moetune.tune.sweep import (
+    COMPILE_S_PER_TIMING,
     FAST_SEARCH_SHARE,
-    SECONDS_PER_TIMED,
+    H200_COMPILE_WORKERS,
+    SEARCH_TAIL,
     TRANSFER_PER_BATCH,
     estimate,
     plan_sweep,
@@ -159,8 +161,11 @@ def test_the_plan_says_the_second_search_is_seeded_and_prices_it_so(tmp_path):
     assert full.timed == math.ceil(full.pairs * FAST_SEARCH_SHARE)
     assert transfer.pairs == full.pairs
     assert transfer.timed == TRANSFER_PER_BATCH * len(DEFAULT_BATCH_SIZES)
-    assert transfer.stage_seconds("search") == pytest.approx(SECONDS_PER_TIMED * transfer.timed)
-    assert transfer.stage_seconds("search") < 0.4 * full.stage_seconds("search")
+    # Compiling outlasts timing on the timer (bf16: 0.36 CPU-s a timing over 14 processes).
+    compiling = transfer.timed * COMPILE_S_PER_TIMING["bf16"] / H200_COMPILE_WORKERS
+    assert transfer.stage_seconds("search") == pytest.approx(SEARCH_TAIL["transfer"] * compiling)
+    # A third of the timings; its short searches wait on their tails more (replayed: 0.5-0.6).
+    assert transfer.stage_seconds("search") < 0.5 * full.stage_seconds("search")
     assert sweep.estimate_s() == pytest.approx(full.seconds + transfer.seconds)
 
     data = sweep_json(sweep)

@@ -90,6 +90,22 @@ def test_workers_are_recycled_after_their_quota():
     assert [o.status for o in outcomes] == ["ok"]
 
 
+def test_a_run_left_midway_hands_the_next_run_none_of_its_outcomes():
+    """A caller that stops reading (an error in its follow-up hook, a search that failed)
+    leaves no unit behind in a worker for the next run to read as its own."""
+    first = WorkUnit(PROBLEM, 2, (GOOD, AFTER, GOOD), "quick")
+    with WorkerPool([None], compile_workers=1) as pool:
+        run = pool.run([first, WorkUnit(PROBLEM, 2, (AFTER,), "warm")])
+        next(run)
+        run.close()
+        assert all(worker.job is None for worker in pool.timers + pool.warmers)
+        again = [
+            (unit.batch_size, o.candidate)
+            for unit, o in pool.run([WorkUnit(PROBLEM, 4, (AFTER,), "quick")])
+        ]
+    assert again == [(4, AFTER)]
+
+
 def test_unknown_mode_is_refused():
     with WorkerPool([None]) as pool, pytest.raises(ValueError, match="unknown mode"):
         list(pool.run([WorkUnit(PROBLEM, 2, (GOOD,), "slow")]))

@@ -20,8 +20,11 @@ right after it, and the store never serves it again, so a rerun measures it.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -86,6 +89,7 @@ class StoreMeasurer:
         self.on_measurement = on_measurement
         self.problem_key = context.problem.key()
         self.measured_now: set[tuple] = set()  # keys measured by this run (kept under --overwrite)
+        self.reported: set[tuple] = set()  # keys this run measured or took from the store
         self.warmed: dict[tuple[int, Any], float | None] = {}
         self.timed = 0
         self.reused = 0
@@ -96,6 +100,17 @@ class StoreMeasurer:
 
     def _key(self, batch_size: int, candidate: Any, fidelity: str) -> tuple:
         return (batch_size, candidate, fidelity)
+
+    def served(self, stored: Measurement, key: tuple) -> None:
+        """Count a measurement the store answered with, once per key and run: asked again
+        (a prefetched pool asked by its seed round, a baseline the search timed), it is
+        neither reused again nor reported again."""
+        if key in self.reported:
+            return
+        self.reported.add(key)
+        self.reused += 1
+        if self.on_measurement is not None:
+            self.on_measurement(stored, True)
 
     def lookup(self, batch_size: int, candidate: Any, fidelity: str) -> Measurement | None:
         """The stored measurement, unless --overwrite asks to redo what earlier runs stored."""
@@ -113,47 +128,37 @@ class StoreMeasurer:
     def measure(
         self, batch_size: int, candidates: Sequence[Any], fidelity: str
     ) -> dict[Any, Measurement]:
-        results: dict[Any, Measurement] = {}
-        missing = []
-        for candidate in dict.fromkeys(candidates):
-            stored = self.lookup(batch_size, candidate, fidelity)
-            if stored is None:
-                missing.append(candidate)
-                continue
-            results[candidate] = stored
-            self.reused += 1
-            if self.on_measurement is not None:
-                self.on_measurement(stored, True)
-        if not missing:
-            return results
-        cold = []
-        if self.backend.compile_workers:
-            cold = [c for c in missing if (batch_size, c) not in self.warmed]
-        warm_set = set(cold)
-        units = [WorkUnit(self.context.problem, batch_size, (c,), "warm") for c in cold]
-        units += self._units(batch_size, [c for c in missing if c not in warm_set], fidelity)
+        ask = _Ask(batch_size, tuple(candidates), fidelity)
+        answers: dict[Any, Measurement] = {}
 
-        def then(unit: WorkUnit, outcomes: list[Outcome]) -> list[WorkUnit]:
-            """Time what a warmer compiled, as soon as it has compiled it."""
-            if unit.mode != "warm":
-                return []
-            ready = [o.candidate for o in outcomes if o.status not in FINAL_WARM_FAILURES]
-            return self._units(batch_size, ready, fidelity) if ready else []
+        def answered(_: Any, results: dict[Any, Measurement]) -> list[Any]:
+            answers.update(results)
+            return []
 
+        self.measure_stream([ask], answered)
+        return answers
+
+    def measure_stream(
+        self, asks: list[Any], answered: Callable[[Any, dict[Any, Measurement]], list[Any]]
+    ) -> None:
+        """Measure many asks at once (`moetune.tune.search.strategy.Ask`: batch size,
+        candidates, fidelity), all through one backend run so the workers stay busy.
+
+        As each ask is complete, `answered(ask, results)` is called with it and returns
+        the asks that follow from it, which join the same run. An ask's ``priority``
+        (lower first; 0 if it has none) orders the work waiting for a worker. A
+        candidate asked twice at once (same batch size and fidelity) is measured
+        once, and compiled once.
+        """
+        run = _StreamRun(self, answered)
+        run.submit(asks)
         started = time.perf_counter()
-        for unit, outcome in self.backend.run(units, then=then):
-            if unit.mode == "warm":
-                self.warmed[(batch_size, outcome.candidate)] = outcome.compile_s
-                self.warm_count += 1
-                self.warm_compile_s += outcome.compile_s or 0.0
-                if outcome.status in (*FINAL_WARM_FAILURES, ENVIRONMENT):
-                    results[outcome.candidate] = self._record(unit, outcome, fidelity, None)
-                continue
-            compile_s = self.warmed.get((batch_size, outcome.candidate))
-            results[outcome.candidate] = self._record(unit, outcome, fidelity, compile_s)
-        if cold:
+        warmed_before = self.warm_count
+        while run.busy:
+            for unit, outcome in self.backend.run(run.release(), then=run.then):
+                run.arrived(unit, outcome)
+        if self.warm_count > warmed_before:
             self.warm_wall_s += time.perf_counter() - started
-        return results
 
     def _units(self, batch_size: int, candidates: list[Any], mode: str) -> list[WorkUnit]:
         if not candidates:
@@ -187,7 +192,202 @@ class StoreMeasurer:
         )
         self.store.add(measurement)
         self.measured_now.add(self._key(unit.batch_size, outcome.candidate, fidelity))
+        self.reported.add(self._key(unit.batch_size, outcome.candidate, fidelity))
         self.timed += 1
         if self.on_measurement is not None:
             self.on_measurement(measurement, False)
         return measurement
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """`moetune.tune.search.strategy.Ask`'s fields (the search layer's type is not imported here)."""
+
+    batch_size: int
+    candidates: tuple[Any, ...]
+    fidelity: str
+    priority: int = 0
+
+
+class _Pending:
+    """One ask on its way: the results so far and how many candidates are still out."""
+
+    def __init__(self, ask: Any) -> None:
+        self.ask = ask
+        self.results: dict[Any, Measurement] = {}
+        self.missing = 0
+
+
+class _StreamRun:
+    """The bookkeeping of one `StoreMeasurer.measure_stream` call.
+
+    `submit` answers what the store holds and queues the rest as work units (a
+    warm unit for a candidate not yet compiled at its batch size, else a timing
+    unit), by the priority of the ask (lower first, then first come); `release`
+    hands the backend only as many units as it has workers of each role, so a
+    unit queued later with a lower priority number still runs first. `arrived`
+    records each outcome; each ask it completes is answered, and the asks that
+    follow are submitted in turn. `then` (the backend's follow-up hook) releases
+    more units whenever one finishes.
+    """
+
+    def __init__(
+        self,
+        measurer: StoreMeasurer,
+        answered: Callable[[Any, dict[Any, Measurement]], list[Any]],
+    ) -> None:
+        self.measurer = measurer
+        self.answered = answered
+        backend = measurer.backend
+        warmers = backend.compile_workers
+        self.capacity = {"warmer": warmers, "timer": max(1, backend.parallelism)}
+        self.queued: dict[str, list[tuple[int, int, WorkUnit]]] = {"warmer": [], "timer": []}
+        self.in_backend = {"warmer": 0, "timer": 0}
+        # Units by id() (each held here, so no id is reused while the run lasts): those
+        # handed to the backend, and the outcomes each has still to bring.
+        self.released: dict[int, WorkUnit] = {}
+        self.left: dict[int, tuple[WorkUnit, int]] = {}
+        self.order = itertools.count()
+        # (batch size, candidate, fidelity) being measured -> the asks waiting for it.
+        self.waiting: dict[tuple[int, Any, str], list[_Pending]] = {}
+        # ... and the unit measuring it (a warm unit first: its key is (batch size, candidate)).
+        self.unit_of: dict[tuple, WorkUnit] = {}
+        # (batch size, candidate) being compiled -> (fidelity, priority) to time it at next.
+        self.warming: dict[tuple[int, Any], list[tuple[str, int]]] = {}
+        # Candidate -> the batch sizes it is being compiled at, and those waiting for them.
+        self.warms_of: dict[Any, set[int]] = {}
+        self.deferred: dict[Any, list[tuple[int, int]]] = {}
+
+    @property
+    def busy(self) -> bool:
+        return any(self.queued.values()) or any(self.in_backend.values())
+
+    def _role(self, unit: WorkUnit) -> str:
+        return "warmer" if unit.mode == "warm" and self.capacity["warmer"] else "timer"
+
+    def _queue(self, unit: WorkUnit, priority: int) -> None:
+        self.left[id(unit)] = (unit, len(unit.candidates))
+        heapq.heappush(self.queued[self._role(unit)], (priority, next(self.order), unit))
+
+    def _hurry(self, key: tuple, priority: int) -> None:
+        """Queue the unit measuring `key` again at `priority` if it still waits (the old entry
+        is skipped when popped)."""
+        unit = self.unit_of.get(key)
+        if unit is not None and id(unit) not in self.released:
+            heapq.heappush(self.queued[self._role(unit)], (priority, next(self.order), unit))
+
+    def release(self) -> list[WorkUnit]:
+        units = []
+        for role, queue in self.queued.items():
+            while queue and self.in_backend[role] < max(1, self.capacity[role]):
+                _, _, unit = heapq.heappop(queue)
+                if id(unit) in self.released:
+                    continue
+                self.released[id(unit)] = unit
+                self.in_backend[role] += 1
+                units.append(unit)
+        return units
+
+    def submit(self, asks: list[Any]) -> None:
+        todo = deque(asks)
+        while todo:
+            pending = self._start(todo.popleft())
+            if pending.missing == 0:
+                todo.extend(self.answered(pending.ask, pending.results))
+
+    def _start(self, ask: Any) -> _Pending:
+        measurer, m, fidelity = self.measurer, ask.batch_size, ask.fidelity
+        priority = getattr(ask, "priority", 0)
+        pending = _Pending(ask)
+        cold, warm = [], []
+        for candidate in dict.fromkeys(ask.candidates):
+            stored = measurer.lookup(m, candidate, fidelity)
+            if stored is not None:
+                pending.results[candidate] = stored
+                measurer.served(stored, (m, candidate, fidelity))
+                continue
+            pending.missing += 1
+            key = (m, candidate, fidelity)
+            if key in self.waiting:  # asked by another ask of this run: measured once
+                self.waiting[key].append(pending)
+                self._hurry(key, priority)
+                self._hurry((m, candidate), priority)
+                continue
+            self.waiting[key] = [pending]
+            if (m, candidate) in self.warming:
+                self.warming[(m, candidate)].append((fidelity, priority))
+                self._hurry((m, candidate), priority)
+            elif measurer.backend.compile_workers and (m, candidate) not in measurer.warmed:
+                self.warming[(m, candidate)] = [(fidelity, priority)]
+                cold.append(candidate)
+            else:
+                warm.append(candidate)
+        for candidate in cold:
+            self._warm(m, candidate, priority)
+        self._time(m, warm, fidelity, priority)
+        return pending
+
+    def _warm(self, m: int, candidate: Any, priority: int) -> None:
+        """Queue the compile of `candidate` at batch size `m`, or, while one at another batch
+        size is on its way, after it: the kernel is most often the same one, which Triton's
+        cache then serves instead of a second process compiling it again."""
+        others = self.warms_of.setdefault(candidate, set())
+        if others:
+            self.deferred.setdefault(candidate, []).append((m, priority))
+            for other in others:
+                self._hurry((other, candidate), priority)
+            return
+        others.add(m)
+        unit = WorkUnit(self.measurer.context.problem, m, (candidate,), "warm")
+        self.unit_of[(m, candidate)] = unit
+        self._queue(unit, priority)
+
+    def _time(self, m: int, candidates: list[Any], fidelity: str, priority: int) -> None:
+        for unit in self.measurer._units(m, candidates, fidelity):
+            for candidate in unit.candidates:
+                self.unit_of[(m, candidate, fidelity)] = unit
+            self._queue(unit, priority)
+
+    def then(self, unit: WorkUnit, outcomes: list[Outcome]) -> list[WorkUnit]:
+        """The backend's follow-up hook: whatever may run now."""
+        return self.release()
+
+    def arrived(self, unit: WorkUnit, outcome: Outcome) -> None:
+        _, count = self.left.pop(id(unit))
+        if count > 1:
+            self.left[id(unit)] = (unit, count - 1)
+        else:
+            self.in_backend[self._role(unit)] -= 1
+        measurer, m, candidate = self.measurer, unit.batch_size, outcome.candidate
+        if unit.mode != "warm":
+            self.unit_of.pop((m, candidate, unit.mode), None)
+            compile_s = measurer.warmed.get((m, candidate))
+            measured = measurer._record(unit, outcome, unit.mode, compile_s)
+            self._settle((m, candidate, unit.mode), measured)
+            return
+        self.unit_of.pop((m, candidate), None)
+        self.warms_of[candidate].discard(m)
+        for later, priority in self.deferred.pop(candidate, []):
+            self._warm(later, candidate, priority)
+        measurer.warmed[(m, candidate)] = outcome.compile_s
+        measurer.warm_count += 1
+        measurer.warm_compile_s += outcome.compile_s or 0.0
+        waiting = self.warming.pop((m, candidate), [])
+        if outcome.status in (*FINAL_WARM_FAILURES, ENVIRONMENT):
+            for fidelity in dict.fromkeys(f for f, _ in waiting):
+                measured = measurer._record(unit, outcome, fidelity, None)
+                self._settle((m, candidate, fidelity), measured)
+            return
+        best: dict[str, int] = {}
+        for fidelity, priority in waiting:  # time what a warmer compiled, as soon as it has
+            best[fidelity] = min(priority, best.get(fidelity, priority))
+        for fidelity, priority in best.items():
+            self._time(m, [candidate], fidelity, priority)
+
+    def _settle(self, key: tuple[int, Any, str], measurement: Measurement) -> None:
+        """Hand `measurement` of `key` (batch size, what was asked, fidelity) to its asks."""
+        for pending in self.waiting.pop(key, []):
+            pending.results[key[1]] = measurement
+            pending.missing -= 1
+            if pending.missing == 0:
+                self.submit(self.answered(pending.ask, pending.results))

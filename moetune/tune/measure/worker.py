@@ -163,7 +163,9 @@ class CompilationError(Exception):
 
 
 class _Inputs:
-    """The current problem's tensors, rebuilt only when the problem or batch size changes.
+    """The current problem's tensors. The expert weights are drawn once per (problem, seed)
+    and kept while only the batch size changes (`moetune.kernel.problem.with_tokens`), so a
+    worker that moves between batch sizes draws only their tokens.
 
     `device` is the GPU the worker was given (its ``CUDA_VISIBLE_DEVICES``), None if none.
     """
@@ -171,6 +173,8 @@ class _Inputs:
     def __init__(self, device: str | None = None) -> None:
         self.key: tuple | None = None
         self.value: Any = None
+        self.weights_key: tuple | None = None
+        self.weights: Any = None  # the problem at one token, whose weights every batch size uses
         self.device = device
 
     def get(self, problem: Any, batch_size: int, seed: int) -> Any:
@@ -178,33 +182,44 @@ class _Inputs:
         if key != self.key:
             import torch
 
-            from moetune.kernel.problem import make_problem
+            from moetune.kernel.problem import with_tokens
 
             _check_gpu(torch, self.device)
 
             self.value = None
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            self.value = make_problem(
-                batch_size,
-                problem.num_experts,
-                problem.intermediate_size,
-                problem.hidden_size,
-                problem.top_k,
-                problem.dtype,
-                block_shape=problem.block_shape,
-                device="cuda" if torch.cuda.is_available() else "cpu",
-                seed=seed,
-                **problem.kernel_options(),
-            )
-            if problem.kernel is not None:  # time the engine's own kernel
-                from dataclasses import replace
-
-                from moetune.engines.launch import engine_gemm
-
-                self.value = replace(self.value, gemm=engine_gemm(problem.kernel))
+            if (problem, seed) != self.weights_key:
+                self.weights = None
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                self.weights = self._weights(torch, problem, seed)
+                self.weights_key = (problem, seed)
+            self.value = with_tokens(self.weights, batch_size, seed)
             self.key = key
         return self.value
+
+    @staticmethod
+    def _weights(torch: Any, problem: Any, seed: int) -> Any:
+        from moetune.kernel.problem import make_problem
+
+        value = make_problem(
+            1,
+            problem.num_experts,
+            problem.intermediate_size,
+            problem.hidden_size,
+            problem.top_k,
+            problem.dtype,
+            block_shape=problem.block_shape,
+            device="cuda" if torch.cuda.is_available() else "cpu",
+            seed=seed,
+            **problem.kernel_options(),
+        )
+        if problem.kernel is not None:  # time the engine's own kernel
+            from dataclasses import replace
+
+            from moetune.engines.launch import engine_gemm
+
+            value = replace(value, gemm=engine_gemm(problem.kernel))
+        return value
 
 
 def _check_gpu(torch: Any, device: str | None) -> None:
@@ -658,6 +673,23 @@ class WorkerPool:
         for unit in units:
             enqueue(unit)
         workers = self.timers + self.warmers
+        try:
+            yield from self._serve(workers, queues, enqueue, then)
+        finally:
+            # Left early (an exception here or in the caller): no worker may keep a unit whose
+            # outcomes nobody reads, or the next run would read them as its own.
+            for worker in workers:
+                if worker.job is not None:
+                    worker.job = None
+                    worker.stop(kill=True)
+
+    def _serve(
+        self,
+        workers: list[_Worker],
+        queues: dict[str, deque[_Job]],
+        enqueue: Callable[[WorkUnit], None],
+        then: FollowUp | None,
+    ) -> Iterator[tuple[WorkUnit, Outcome]]:
         while True:
             for worker in workers:
                 if worker.job is None and queues[worker.role]:

@@ -1,0 +1,107 @@
+"""CPU seconds of compiling per whole-call timing, per kernel dtype, from recorded stores.
+
+Every whole-call row carries `compile_s`: the seconds its candidate's first call took at
+that batch size (its compile, or a load from Triton's cache). Summed once per (problem,
+batch size, candidate) and divided by the problem's whole-call timings (both
+fidelities), that is what a search spends compiling per timing; the median over the
+stores of one dtype family is the rate `moetune.tune.sweep.estimate` prices compiling
+at (`COMPILE_S_PER_TIMING`). The timer's seconds per timing are the median gap between
+consecutive rows of one problem.
+
+    python bench/compile_rates.py [STORE.jsonl[.gz] ...]
+
+With no store it reads every recorded store under bench/results and examples/ that
+holds whole-call searches (`RECORDED`). Prints one line per problem, then one per family.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = tuple(
+    sorted(
+        path
+        for pattern in ("bench/results/**/*measurements.jsonl.gz", "examples/*/measurements.jsonl")
+        for path in ROOT.glob(pattern)
+    )
+)
+# A problem needs this many whole-call timings to be a search (not a probe run).
+MIN_TIMINGS = 500
+
+
+def family(problem_key: str) -> str:
+    """The dtype family a store key's kernel compiles as (`COMPILE_S_PER_TIMING`'s keys)."""
+    fields = dict(part.split("=", 1) for part in problem_key.split(",") if "=" in part)
+    dtype = fields["dtype"]
+    if dtype in ("bf16", "fp16"):
+        return "bf16"
+    if dtype == "fp8_w8a8":
+        if "block_shape" in problem_key:
+            return "fp8_block"
+        return "fp8_channel" if "per_channel" in problem_key else "fp8"
+    if dtype in ("int4_w4a16", "int8_w8a16"):
+        return "wna16"
+    return dtype
+
+
+def _rows(path: Path) -> list[dict]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def rates(path: Path) -> list[dict]:
+    """Per problem with a search's worth of whole-call rows: its compile and timer rates."""
+    rows = sorted(_rows(path), key=lambda row: row["timestamp"])
+    found = []
+    for key in dict.fromkeys(row["problem_key"] for row in rows):
+        whole = [r for r in rows if r["problem_key"] == key and r.get("kind", "whole") == "whole"]
+        if len(whole) < MIN_TIMINGS:
+            continue
+        first: dict[tuple, float] = {}
+        for row in whole:
+            pair = (row["batch_size"], json.dumps(row["candidate"], sort_keys=True))
+            if pair not in first and row["compile_s"] is not None:
+                first[pair] = row["compile_s"]
+        gaps = [b["timestamp"] - a["timestamp"] for a, b in zip(whole, whole[1:], strict=False)]
+        found.append(
+            {
+                "store": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+                "problem": key,
+                "family": family(key),
+                "timings": len(whole),
+                "compile_s": sum(first.values()),
+                "compile_s_per_timing": sum(first.values()) / len(whole),
+                "gap_s": statistics.median(gaps),
+            }
+        )
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths = [Path(p) for p in (argv if argv is not None else sys.argv[1:])] or list(RECORDED)
+    by_family = defaultdict(list)
+    for path in paths:
+        for found in rates(path):
+            by_family[found["family"]].append(found["compile_s_per_timing"])
+            print(
+                f"{found['family']:12} {found['timings']:5} timings {found['compile_s']:7.1f} "
+                f"compile CPU-s {found['compile_s_per_timing']:.3f}/timing, timer gap "
+                f"{found['gap_s']:.3f} s  {found['store']}  {found['problem']}"
+            )
+    print()
+    for name, values in sorted(by_family.items()):
+        print(
+            f"{name:12} median {statistics.median(values):.3f} CPU-s per timing ({len(values)} searches)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
