@@ -43,7 +43,7 @@ from moetune.kernel.probe import Probe
 from moetune.tune.search.costmodel import rank_for_gemm
 from moetune.tune.search.space import PARAM_NAMES, values_by_param
 from moetune.tune.search.split import PairChoice, best_per_block_m, choose_pair
-from moetune.tune.search.strategy import Answers, Ask, Job, Start
+from moetune.tune.search.strategy import Answers, Ask, Job, Start, run_jobs
 from moetune.tune.store import Measurement
 
 Variant = tuple[str, bool]  # (GEMM, TMA)
@@ -237,8 +237,6 @@ class SeededSplitSearch:
     ) -> dict[int, SearchedPair]:
         """`confirm(found)`: the whole-call probes the caller will time for a batch size's
         outcome, prefetched once it is known (pipelined only)."""
-        from moetune.tune.search.strategy import run_jobs
-
         for kind, tma in self.variants:
             reason = tma_rule_out(self.problem, kind) if tma else None
             if reason is not None:  # the dtype or a stride: no config can use TMA
