@@ -138,6 +138,7 @@ class Replayed:
     timings: int
     misses: int
     timer_busy_s: float
+    timer_switches: int  # batch-size changes on the timer
     results: list[SplitResult]
 
     def tables(self) -> tuple[dict[int, dict], dict[int, dict]]:
@@ -184,6 +185,7 @@ def replay_split(
         measurer.timed,
         len(backend.misses),
         sum(worker.busy_s for worker in backend.timers),
+        backend.timer_switches,
         results,
     )
 
@@ -237,6 +239,7 @@ def replay_store(store: Path, summary: Path, workers: int = WORKERS) -> dict[str
                 "timings": run.timings,
                 "misses": run.misses,
                 "timer_busy_s": run.timer_busy_s,
+                "timer_switches": run.timer_switches,
                 "pairs_written": sum(r.split for r in run.results),
                 "differs_from_recorded": same_rows(run.tables(), recorded),
                 "differs_from_sequential": same_rows(run.tables(), first),
@@ -257,7 +260,8 @@ def format_report(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {name}: wall {run['wall_s']:.1f} s, compile {run['compile_cpu_s']:.1f} CPU-s, "
             f"{run['timings']} timings ({run['misses']} not recorded), timer busy "
-            f"{run['timer_busy_s']:.1f} s, {run['pairs_written']} pairs written; tables differ "
+            f"{run['timer_busy_s']:.1f} s ({run['timer_switches']} batch-size switches), "
+            f"{run['pairs_written']} pairs written; tables differ "
             f"from the recorded run's at {run['differs_from_recorded'] or 'no'} M, from the "
             f"sequential replay's at {run['differs_from_sequential'] or 'no'} M"
         )
