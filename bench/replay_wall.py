@@ -127,27 +127,36 @@ class Recorded:
     cached_s: float  # median of the cheap ones
 
     @classmethod
-    def of(cls, key: str, rows: list[Measurement], others: list[Measurement]) -> Recorded:
-        """`rows`: this problem's; `others`: the whole store (the timer's gaps are per store)."""
+    def of(
+        cls,
+        key: str,
+        rows: list[Measurement],
+        others: list[Measurement],
+        kinds: tuple[str, ...] = ("whole",),
+    ) -> Recorded:
+        """`rows`: this problem's, keyed by what was timed (`Measurement.probe`: the candidate
+        of a whole call); `others`: the whole store (the timer's gaps are per store, taken
+        from the rows of `kinds`)."""
         rows = sorted(rows, key=lambda r: r.timestamp)
         by: dict[tuple[int, str], dict[Candidate, Measurement]] = defaultdict(dict)
         compile_s: dict[tuple[int, Candidate], float] = {}
         kernel_of: dict[tuple[int, Candidate], tuple[int, Candidate]] = {}
         latest: dict[Candidate, tuple[int, Candidate]] = {}
         for row in rows:
-            by[(row.batch_size, row.fidelity)].setdefault(row.candidate, row)
-            pair = (row.batch_size, row.candidate)
+            probe = row.probe
+            by[(row.batch_size, row.fidelity)].setdefault(probe, row)
+            pair = (row.batch_size, probe)
             if pair in compile_s or row.compile_s is None:
                 continue
             compile_s[pair] = row.compile_s
-            if row.compile_s >= CACHED_S or row.candidate not in latest:
-                latest[row.candidate] = kernel_of[pair] = pair
+            if row.compile_s >= CACHED_S or probe not in latest:
+                latest[probe] = kernel_of[pair] = pair
             else:
-                kernel_of[pair] = latest[row.candidate]
+                kernel_of[pair] = latest[probe]
         ordered = sorted(others, key=lambda r: r.timestamp)
         gaps: dict[tuple[int, str], list[float]] = defaultdict(list)
         for before, row in zip(ordered, ordered[1:], strict=False):
-            if row.problem_key == key and row.kind == "whole" and row.ok:
+            if row.problem_key == key and row.kind in kinds and row.ok:
                 gaps[(row.batch_size, row.fidelity)].append(row.timestamp - before.timestamp)
         timer_s = {pair: statistics.median(values) for pair, values in gaps.items()}
         dear = [cost for cost in compile_s.values() if cost >= CACHED_S]
@@ -352,7 +361,7 @@ class MemoryStore:
         key = (
             measurement.problem_key,
             measurement.batch_size,
-            measurement.candidate,
+            measurement.probe,  # a split probe's kind and TMA flags, not its config alone
             measurement.fidelity,
         )
         self.rows[key] = measurement

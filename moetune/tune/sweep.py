@@ -46,7 +46,12 @@ on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
   (the pair confirmations) about 0.14 s (10,444 and 175 of them in the six
   recorded H200 stores with split rows, bench/split_rates.py). ``--search fast``
   times about 14 lone GEMMs per GEMM variant per batch size (its replay on the
-  recorded default-grid store, `bench/replay_split.py`); ``--search thorough`` times each
+  recorded default-grid store, `bench/replay_split.py`). Its batch sizes run side by
+  side (`moetune.tune.search.split_fast.SeededSplitSearch`), which leaves it bound by the
+  timer, as these rates price it: on the three recorded Qwen3-235B TP8 stores the
+  replayed split stage takes 50-57 s (timer busy 48-52 s; one batch size after another
+  69-81 s, the recorded 71-81 s), against 54 s here (bench/replay_split_wall.py,
+  bench/results/2026-12-02-search-pipeline). ``--search thorough`` times each
   variant about 0.8 times as often as the whole search timed whole calls (0.95
   on the int8_w8a8 store, 0.62 on GLM-4.5-Air TP4: 4,217 lone rows for 2,279
   whole ones over three variants); exhaustive times every pruned pair per variant;

@@ -31,7 +31,7 @@ this search resumes and isolates faults like every other one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +43,7 @@ from moetune.kernel.probe import Probe
 from moetune.tune.search.costmodel import rank_for_gemm
 from moetune.tune.search.space import PARAM_NAMES, values_by_param
 from moetune.tune.search.split import PairChoice, best_per_block_m, choose_pair
+from moetune.tune.search.strategy import Answers, Ask, Job, Start, run_jobs
 from moetune.tune.store import Measurement
 
 Variant = tuple[str, bool]  # (GEMM, TMA)
@@ -57,6 +58,9 @@ class FastSplitOptions:
     min_gain: float = 0.01  # a pair must beat the single's up + down by this share
     headroom: float = 0.005  # what a climb may add where the seeds gained little
     max_climb_rounds: int = 4
+    # The batch sizes' independent timings asked side by side (`SeededSplitSearch`); False:
+    # one batch size after another, as before (for comparisons). The same pairs either way.
+    pipelined: bool = True
 
     def __post_init__(self) -> None:
         if self.whole_seeds < 1:
@@ -157,6 +161,15 @@ def _pct(share: float) -> str:
 
 
 MeasureFn = Callable[[int, Sequence[Probe], str], dict[Probe, Measurement]]
+# The chain's asks go first; a prefetch for batch size index i waits behind them at 1 + i.
+CHAIN_PRIORITY = 0
+
+
+class _Measure:
+    """A plain measure function as a `Measurer` (asked one ask at a time by `run_jobs`)."""
+
+    def __init__(self, measure: MeasureFn) -> None:
+        self.measure = measure
 
 
 @dataclass
@@ -178,18 +191,33 @@ class _Timings:
 
 
 class SeededSplitSearch:
-    """Steps 1-5 of the module docstring over every batch size, in ascending order."""
+    """Steps 1-5 of the module docstring over every batch size, in ascending order.
+
+    The steps are jobs (`moetune.tune.search.strategy.Job`) run by `run_jobs`. A batch
+    size's search needs the pair of the one below (a seed), so the batch sizes still
+    decide one after another (a chain), exactly as before. Pipelined
+    (`FastSplitOptions.pipelined`), the timings that do not depend on the batch size
+    below (the single config and the whole-call and cost-model seeds, TMA once the
+    first batch size ran it) are asked of every batch size at once, as prefetches
+    behind the chain's asks, and each batch size's whole-call confirmation (the pair
+    and the single config, `confirm`) as soon as its search is done. A streaming
+    measurer keeps them in the results store, where the chain's and the
+    confirmation's own asks find them: the same questions, answered by the same
+    timings, so the same pairs; a measurer without a store skips the prefetches.
+    """
 
     def __init__(
         self,
-        measure: MeasureFn,
+        measure: MeasureFn | Any,
         problem: Any,
         limits: DeviceLimits,
         variants: Sequence[Variant],
         options: FastSplitOptions | None = None,
         notes: list[str] | None = None,
     ) -> None:
-        self.measure_fn = measure
+        # A measurer (`measure`, and `measure_stream` to run the batch sizes side by side),
+        # or a bare measure function.
+        self.measurer = measure if hasattr(measure, "measure") else _Measure(measure)
         self.problem = problem
         self.limits = limits
         self.variants = list(variants)
@@ -197,6 +225,7 @@ class SeededSplitSearch:
         self.notes = notes if notes is not None else []
         self.dropped: dict[Variant, str] = {}  # variants given up, with the reason
         self.supported: set[Variant] = set()  # variants that have run here
+        self._ranked: dict[tuple[int, str], list[Candidate]] = {}
 
     def run(
         self,
@@ -204,18 +233,94 @@ class SeededSplitSearch:
         space_for: Callable[[int], list[Candidate]],
         singles: Mapping[int, Candidate],
         rankings: Mapping[int, Sequence[Candidate]],
+        confirm: Callable[[SearchedPair], Sequence[Probe]] | None = None,
     ) -> dict[int, SearchedPair]:
+        """`confirm(found)`: the whole-call probes the caller will time for a batch size's
+        outcome, prefetched once it is known (pipelined only)."""
         for kind, tma in self.variants:
             reason = tma_rule_out(self.problem, kind) if tma else None
             if reason is not None:  # the dtype or a stride: no config can use TMA
                 self._drop((kind, tma), reason)
+        order = sorted(batch_sizes)
+        spaces = {m: list(space_for(m)) or [singles[m]] for m in order}
         results: dict[int, SearchedPair] = {}
-        previous: SearchedPair | None = None
-        for m in sorted(batch_sizes):
-            previous = results[m] = self._one(
-                m, list(space_for(m)), singles[m], list(rankings.get(m, ())), previous
+        pipelined = self.options.pipelined
+
+        def chain(i: int, previous: SearchedPair | None) -> Job:
+            m = order[i]
+            first_tma = pipelined and i == 0
+            after = self._prefetch_tma(order, spaces, singles, rankings) if first_tma else None
+            found = yield from self._one(
+                m, spaces[m], singles[m], list(rankings.get(m, ())), previous, after
             )
+            results[m] = found
+            if pipelined and confirm is not None:
+                wanted = tuple(confirm(found))
+                if wanted:
+                    yield Start(self._ask_ahead(Ask(m, wanted, "full", 1 + i, prefetch=True)))
+            if i + 1 < len(order):
+                yield Start(chain(i + 1, found))
+
+        jobs = [chain(0, None)] if order else []
+        if pipelined:
+            jobs += [
+                self._prefetch(i, order, spaces, singles, rankings, tma=False)
+                for i in range(len(order))
+            ]
+        run_jobs(jobs, self.measurer)
         return {m: results[m] for m in batch_sizes}
+
+    def _independent(
+        self,
+        m: int,
+        space: list[Candidate],
+        single: Candidate,
+        ranking: list[Candidate],
+        variant: Variant,
+    ) -> list[Probe]:
+        """What `variant` times at `m` whatever the batch size below found: the single
+        config and the seeds but the previous pair (TMA: those its boxes allow)."""
+        kind, tma = variant
+        ranking = _seed_ranking(space, single, ranking)
+        wanted = [single, *self._seeds(m, space, ranking, None, kind)]
+        if tma:
+            wanted = [c for c in wanted if tma_rule_out(self.problem, kind, c) is None]
+        return [Probe(kind, c, tma) for c in dict.fromkeys(wanted)]
+
+    def _prefetch(
+        self,
+        i: int,
+        order: list[int],
+        spaces: dict[int, list[Candidate]],
+        singles: Mapping[int, Candidate],
+        rankings: Mapping[int, Sequence[Candidate]],
+        tma: bool,
+    ) -> Job:
+        m = order[i]
+        ranking = list(rankings.get(m, ()))
+        probes = [
+            p
+            for variant in self._live()
+            if variant[1] == tma and (not tma or variant in self.supported)
+            for p in self._independent(m, spaces[m], singles[m], ranking, variant)
+        ]
+        if probes:
+            yield from self._ask_ahead(Ask(m, tuple(probes), "full", 1 + i, prefetch=True))
+
+    def _prefetch_tma(
+        self,
+        order: list[int],
+        spaces: dict[int, list[Candidate]],
+        singles: Mapping[int, Candidate],
+        rankings: Mapping[int, Sequence[Candidate]],
+    ) -> Job:
+        """Once the first batch size has run its TMA variants, prefetch theirs elsewhere."""
+        for i in range(1, len(order)):
+            yield Start(self._prefetch(i, order, spaces, singles, rankings, tma=True))
+
+    @staticmethod
+    def _ask_ahead(ask: Ask) -> Job:
+        yield ask
 
     def _drop(self, variant: Variant, reason: str) -> None:
         if variant in self.dropped:
@@ -227,7 +332,7 @@ class SeededSplitSearch:
     def _live(self) -> list[Variant]:
         return [v for v in self.variants if v not in self.dropped]
 
-    def _time(self, m: int, timings: _Timings, variant: Variant, wanted: list[Candidate]) -> None:
+    def _time(self, m: int, timings: _Timings, variant: Variant, wanted: list[Candidate]) -> Job:
         """Time the untimed of `wanted` as `variant` alone (full fidelity).
 
         A TMA variant's first timing runs alone: a device without TMA answers
@@ -247,7 +352,7 @@ class SeededSplitSearch:
             if not batch or variant in self.dropped:
                 continue
             probes = {Probe(kind, c, tma): c for c in batch}
-            got = self.measure_fn(m, list(probes), "full")
+            got = (yield Ask(m, tuple(probes), "full", CHAIN_PRIORITY)) or {}
             timings.asked += len(probes)
             for probe, candidate in probes.items():
                 row = got.get(probe)
@@ -274,8 +379,9 @@ class SeededSplitSearch:
             probe = previous.choice.up if kind == "up" else previous.choice.down
             seeds.append(nearest_in_space(probe.candidate, space))
         if opts.model_seeds:
-            ranked = rank_for_gemm(self.problem, m, space, self.limits, kind)
-            seeds.extend(ranked[: opts.model_seeds])
+            if (m, kind) not in self._ranked:
+                self._ranked[(m, kind)] = rank_for_gemm(self.problem, m, space, self.limits, kind)
+            seeds.extend(self._ranked[(m, kind)][: opts.model_seeds])
         return list(dict.fromkeys(seeds))
 
     def _one(
@@ -285,16 +391,17 @@ class SeededSplitSearch:
         single: Candidate,
         ranking: list[Candidate],
         previous: SearchedPair | None,
-    ) -> SearchedPair:
+        after_seeds: Job | None = None,
+    ) -> Generator[Ask | Start, Answers | None, SearchedPair]:
+        """Steps 1-5 at batch size `m`; `after_seeds` starts once the seeds are timed."""
         opts = self.options
         timings = _Timings()
-        if not space:
-            space = [single]
-        members = set(space)
-        ranking = [c for c in ranking if c in members and c != single]
+        ranking = _seed_ranking(space, single, ranking)
         for variant in self._live():
             seeds = self._seeds(m, space, ranking, previous, variant[0])
-            self._time(m, timings, variant, [single, *seeds])
+            yield from self._time(m, timings, variant, [single, *seeds])
+        if after_seeds is not None:
+            yield Start(after_seeds)
         up_ref = timings.by_variant.get(("up", False), {}).get(single)
         down_ref = timings.by_variant.get(("down", False), {}).get(single)
         reference = up_ref + down_ref if up_ref is not None and down_ref is not None else None
@@ -311,7 +418,7 @@ class SeededSplitSearch:
             bound = 1.0 - choice.estimate_us * (1.0 - opts.headroom) / reference
             if bound < opts.min_gain:
                 return result(f"pair can gain {_pct(bound)} at most, under {_pct(opts.min_gain)}")
-        self._climb(m, space, timings)
+        yield from self._climb(m, space, timings)
         choice = timings.choice()
         if choice is None:
             return result("no BLOCK_SIZE_M has both GEMMs timed")
@@ -321,7 +428,7 @@ class SeededSplitSearch:
                 return result(f"pair gains {_pct(gain)} alone, under {_pct(opts.min_gain)}")
         return result(None)
 
-    def _climb(self, m: int, space: list[Candidate], timings: _Timings) -> None:
+    def _climb(self, m: int, space: list[Candidate], timings: _Timings) -> Job:
         """Step each variant from its best config at the chosen BLOCK_SIZE_M while that helps."""
         members = set(space)
         values = values_by_param(space)
@@ -335,7 +442,17 @@ class SeededSplitSearch:
                     c for c, _ in timings.best(variant) if c.BLOCK_SIZE_M == choice.block_m
                 ]
                 if at_block_m:
-                    self._time(m, timings, variant, step_neighbours(at_block_m[0], values, members))
+                    yield from self._time(
+                        m, timings, variant, step_neighbours(at_block_m[0], values, members)
+                    )
             after = timings.choice()
             if timings.asked == asked or after is None or after.estimate_us >= choice.estimate_us:
                 return
+
+
+def _seed_ranking(
+    space: list[Candidate], single: Candidate, ranking: list[Candidate]
+) -> list[Candidate]:
+    """The whole-call ranking's members of `space` but the single config (which is timed anyway)."""
+    members = set(space)
+    return [c for c in ranking if c in members and c != single]

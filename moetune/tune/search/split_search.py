@@ -158,10 +158,19 @@ def _seeded(
     from moetune.tune.search.split_fast import SeededSplitSearch
 
     search = SeededSplitSearch(
-        measurer.measure, plan.problem, plan.limits, variants(options), options.fast, notes
+        measurer, plan.problem, plan.limits, variants(options), options.fast, notes
     )
     batch_sizes = list(plan.request.batch_sizes)
-    return search.run(batch_sizes, lambda m: list(plan.pruning[m].kept), singles, rankings)
+
+    def confirmed(found: SearchedPair) -> list[Probe]:
+        """What `_confirm` times for `found`: the pair and the single config, as whole calls."""
+        if found.stopped is not None or found.choice is None:
+            return []
+        return [Probe.single(singles[found.batch_size]), found.choice.pair()]
+
+    return search.run(
+        batch_sizes, lambda m: list(plan.pruning[m].kept), singles, rankings, confirmed
+    )
 
 
 def _thorough(
