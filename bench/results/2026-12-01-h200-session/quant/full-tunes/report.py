@@ -3,7 +3,7 @@
     python bench/results/2026-12-01-h200-session/quant/full-tunes/report.py bench/results/2026-12-01-h200-session/quant/full-tunes > report.md
 
 Reads DIR/one-call/bench_*.json: one `moetune benchmark --json` per tuned file, all run
-in one device call (DIR/call4.sh), and DIR/*/<name>.json, the `moetune tune --json`
+in one device call (DIR/recipe-benchmark-every-file.sh), and DIR/*/<name>.json, the `moetune tune --json`
 summaries (tune wall time, timings, the matmul peaks measured).
 
 Per batch size, the whole call of each tuned file and of the engine fallback it
