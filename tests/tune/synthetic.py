@@ -22,6 +22,12 @@ from moetune.tune.problem import TuneProblem
 from moetune.tune.search.space import PARAM_NAMES
 from moetune.tune.store import Measurement
 
+# The real shapes the search tests run on, and the device they are pruned for.
+H200 = DeviceLimits.h200()
+QWEN3_30B = TuneProblem(128, 768, 2048, 8, "bf16")
+MIXTRAL_TP2 = TuneProblem(8, 7168, 4096, 2, "bf16")
+DEEPSEEK_V3_TP8 = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
+
 NOISE = {"quick": 0.02, "full": 0.005}
 
 

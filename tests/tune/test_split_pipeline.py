@@ -12,19 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from moetune.device import DeviceLimits
 from moetune.kernel.probe import Probe
 from moetune.tune.measure.measurer import RunContext, StoreMeasurer
-from moetune.tune.problem import TuneProblem
 from moetune.tune.search.space import default_space, prune
 from moetune.tune.search.split_fast import FastSplitOptions, SeededSplitSearch
 from moetune.tune.store import Measurement, ResultStore
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import SyntheticBackend, SyntheticGPU, _unit  # noqa: E402
+from synthetic import H200, QWEN3_30B, SyntheticBackend, SyntheticGPU, _unit  # noqa: E402
 
-H200 = DeviceLimits.h200()
-QWEN3_30B = TuneProblem(128, 768, 2048, 8, "bf16")
 BATCH_SIZES = (1, 8, 64, 256, 1024)
 VARIANTS = [("up", False), ("down", False), ("down", True)]
 PIPELINED = FastSplitOptions()

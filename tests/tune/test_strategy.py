@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from moetune.device import DeviceLimits
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate
-from moetune.tune.problem import TuneProblem
 from moetune.tune.search.costmodel import predicted_seconds, rank_candidates
 from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space, prune, values_by_param
 from moetune.tune.search.strategy import (
@@ -22,12 +20,7 @@ from moetune.tune.search.strategy import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import SyntheticGPU  # noqa: E402
-
-H200 = DeviceLimits.h200()
-QWEN3_30B = TuneProblem(128, 768, 2048, 8, "bf16")
-MIXTRAL_TP2 = TuneProblem(8, 7168, 4096, 2, "bf16")
-DEEPSEEK_V3_TP8 = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
+from synthetic import DEEPSEEK_V3_TP8, H200, MIXTRAL_TP2, QWEN3_30B, SyntheticGPU  # noqa: E402
 
 
 def pruned_spaces(problem, batch_sizes=DEFAULT_BATCH_SIZES):

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.device import DeviceLimits
 from moetune.tune.measure.measurer import RunContext, StoreMeasurer
-from moetune.tune.problem import TuneProblem
 from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space, prune
 from moetune.tune.search.strategy import (
     TRANSFER_OPTIONS,
@@ -25,12 +23,16 @@ from moetune.tune.search.strategy import (
 from moetune.tune.store import ResultStore
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import OtherKernelGPU, SyntheticBackend, SyntheticGPU  # noqa: E402
+from synthetic import (  # noqa: E402
+    DEEPSEEK_V3_TP8,
+    H200,
+    MIXTRAL_TP2,
+    QWEN3_30B,
+    OtherKernelGPU,
+    SyntheticBackend,
+    SyntheticGPU,
+)
 
-H200 = DeviceLimits.h200()
-QWEN3_30B = TuneProblem(128, 768, 2048, 8, "bf16")
-MIXTRAL_TP2 = TuneProblem(8, 7168, 4096, 2, "bf16")
-DEEPSEEK_V3_TP8 = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
 BATCH_SIZES = (1, 8, 64, 256, 1024, 4096)
 SEQUENTIAL = FastSearchOptions(pipelined=False)
 

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from moetune.tune.problem import TuneProblem
 from moetune.tune.search.space import (
     DEFAULT_BATCH_SIZES,
     Candidate,
-    DeviceLimits,
     default_space,
     prune,
     values_by_param,
@@ -31,12 +29,15 @@ from moetune.tune.search.strategy import (
 from moetune.tune.store import Measurement
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import OtherKernelGPU, SyntheticGPU  # noqa: E402
+from synthetic import (  # noqa: E402
+    DEEPSEEK_V3_TP8,
+    H200,
+    MIXTRAL_TP2,
+    QWEN3_30B,
+    OtherKernelGPU,
+    SyntheticGPU,
+)
 
-H200 = DeviceLimits.h200()
-QWEN3_30B = TuneProblem(128, 768, 2048, 8, "bf16")
-MIXTRAL_TP2 = TuneProblem(8, 7168, 4096, 2, "bf16")
-DEEPSEEK_V3_TP8 = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
 RECORDED = Path(__file__).resolve().parents[2] / "bench/results/2026-12-02-engine-kernels"
 
 
