@@ -127,14 +127,10 @@ def describe_kernel(kernel: KernelRef | None, dtype: str | None = None) -> str:
 
 def label_kernel(kernel: KernelRef | None) -> str:
     """A short name, e.g. ``the vLLM 0.33.0 kernel``, ``moetune's twin of the SGLang 0.5.23 kernel``."""
-    if kernel is None:
-        return (
-            f"moetune's twin of the {ENGINE_LABELS[DEFAULT_TWIN]} {TWINS[DEFAULT_TWIN][0]} kernel"
-        )
-    label = ENGINE_LABELS.get(kernel.engine, kernel.engine)
-    if kernel.twin:
-        return f"moetune's twin of the {label} {kernel.release} kernel"
-    return f"the {label} {kernel.version} kernel"
+    if kernel is None or kernel.twin:
+        engine = DEFAULT_TWIN if kernel is None else kernel.engine
+        return f"moetune's twin of the {ENGINE_LABELS[engine]} {TWINS[engine][0]} kernel"
+    return f"the {ENGINE_LABELS.get(kernel.engine, kernel.engine)} {kernel.version} kernel"
 
 
 def twin_ref(engine: str) -> KernelRef | None:
