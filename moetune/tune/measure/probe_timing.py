@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from moetune.kernel.probe import Probe
@@ -119,6 +120,102 @@ class RoutingFeed:
 
 
 # ---------------------------------------------------------------------------
+# The routing stream: drawn and aligned once per batch size, read by every bench
+# ---------------------------------------------------------------------------
+
+# Routing names a slot holds: the draw, then (lone GEMMs) its alignment at BLOCK_SIZE_M.
+DRAWN = ("weights", "ids")
+ALIGNED = ("sorted_token_ids", "expert_ids", "num_tokens_post_padded")
+# Device bytes the cached streams may hold in one process; the oldest go first beyond it.
+STREAM_CACHE_BYTES = 4 << 30
+
+
+class RoutingStream:
+    """The sequence of routings every bench of one batch size reads, kept once drawn.
+
+    Every bench draws from a `RoutingFeed` seeded alike, so every probe at one batch
+    size reads the same routings in the same order (draw j goes to whichever slot
+    the harness's j-th refill fills). Drawing a routing (random logits, softmax
+    top-k) and aligning it to a BLOCK_SIZE_M take about ten small launches each,
+    and a full timing refills up to 241 slots: on the H200 that was most of a lone
+    GEMM's timing (2026-12-02: ~0.056 s a timing, for GEMMs of 10-300 us). So the
+    draws and their alignments are kept as stacked tensors, grown on demand; a
+    bench's refill is then one copy per routing name. The numbers each bench reads
+    are the ones it would have drawn itself.
+    """
+
+    def __init__(self, feed: RoutingFeed) -> None:
+        self.feed = feed
+        # group (None: the draws; a BLOCK_SIZE_M: their alignments) -> stacked tensors
+        self.stacked: dict[int | None, tuple[Any, ...]] = {}
+        self.nbytes = 0
+
+    def take(self, start: int, count: int, block_size_m: int | None) -> dict[str, Any]:
+        """Draws start .. start + count - 1 by routing name, stacked ([count, ...] each);
+        with `block_size_m`, their alignments too."""
+        from moetune.kernel.align import align_block_size
+
+        end = start + count
+        drawn = self._grow(None, end, lambda _: self.feed.next())  # drawn in order
+        out = dict(zip(DRAWN, (t[start:end] for t in drawn), strict=True))
+        if block_size_m is not None:
+            experts = self.feed.problem.num_experts
+            ids = drawn[1]
+            aligned = self._grow(
+                block_size_m, end, lambda j: align_block_size(ids[j], block_size_m, experts)
+            )
+            out.update(zip(ALIGNED, (t[start:end] for t in aligned), strict=True))
+        return out
+
+    def _grow(self, group: int | None, end: int, make: Callable[[int], tuple]) -> tuple:
+        """The group's stacks, holding draws 0 .. `end` - 1 at least (grown in order)."""
+        import torch
+
+        stacks = self.stacked.get(group)
+        have = 0 if stacks is None else stacks[0].shape[0]
+        if have >= end:
+            return stacks
+        # Doubling keeps the stacking linear; alignments stop at the draws already made.
+        limit = None if group is None else self.stacked[None][0].shape[0]
+        end = max(end, 2 * have if limit is None else min(2 * have, limit))
+        fresh = tuple(
+            torch.stack(column) for column in zip(*map(make, range(have, end)), strict=True)
+        )
+        if stacks is not None:
+            fresh = tuple(torch.cat([old, new]) for old, new in zip(stacks, fresh, strict=True))
+            self.nbytes -= sum(t.numel() * t.element_size() for t in stacks)
+        self.nbytes += sum(t.numel() * t.element_size() for t in fresh)
+        self.stacked[group] = fresh
+        return fresh
+
+
+# This process's streams, the most recently used last (`routing_stream`).
+_STREAMS: dict[tuple, RoutingStream] = {}
+
+
+def routing_stream(problem: Any, batch_size: int, device: Any, seed: int = 0) -> RoutingStream:
+    """The process's `RoutingStream` for this routing source and batch size (kept while
+    the streams' stacked tensors fit `STREAM_CACHE_BYTES`, the oldest dropped first)."""
+    key = (
+        problem.num_experts,
+        problem.top_k,
+        problem.routing,
+        problem.routing_digest,
+        batch_size,
+        str(device),
+        seed,
+    )
+    streams = _STREAMS
+    stream = streams.pop(key, None)
+    if stream is None:
+        stream = RoutingStream(RoutingFeed(problem, batch_size, device, seed))
+    streams[key] = stream  # the most recently used last
+    while len(streams) > 1 and sum(s.nbytes for s in streams.values()) > STREAM_CACHE_BYTES:
+        del streams[next(iter(streams))]
+    return stream
+
+
+# ---------------------------------------------------------------------------
 # Benches: static slots, a refill outside the timed region, one launch per slot
 # ---------------------------------------------------------------------------
 
@@ -149,46 +246,42 @@ def split_fused_experts(
 
 
 class _Bench:
-    """Static routing slots for `item` at one batch size; `refill` then `launch(i)`."""
+    """Static routing slots for `item` at one batch size; `refill` then `launch(i)`.
+
+    The slots are views of one stacked buffer per routing name, refilled from the
+    batch size's `RoutingStream` (the next `count` draws each time).
+    """
 
     def __init__(self, item: Any, problem: Any, batch_size: int, data: Any, seed: int = 0):
         self.item, self.problem, self.data = item, problem, data
         self.batch_size = batch_size
-        self.feed = RoutingFeed(problem, batch_size, data.x.device, seed)
+        self.stream = routing_stream(problem, batch_size, data.x.device, seed)
         self.kind = getattr(item, "kind", "whole")
+        self.block_size_m = item.candidate.BLOCK_SIZE_M if self.kind in ("up", "down") else None
+        self.position = 0  # the stream's next draw
+        self.buffers: dict[str, Any] = {}
         self.slots: list[dict[str, Any]] = []
         self.seen_ids: list[Any] = []  # every routing a launch read (tests check the load)
 
     def allocate(self, count: int) -> None:
-        self.slots = [{} for _ in range(count)]
-        self.refill()
+        routings = self._next(count)
+        self.buffers = {name: value.clone() for name, value in routings.items()}
+        self.slots = [{name: b[i] for name, b in self.buffers.items()} for i in range(count)]
         if self.kind in ("up", "down"):
             self._gemm_buffers()
 
     def release(self) -> None:
-        self.slots = []
+        self.slots, self.buffers = [], {}
 
     def refill(self) -> None:
-        from moetune.kernel.align import align_block_size
+        for name, value in self._next(len(self.slots)).items():
+            self.buffers[name].copy_(value)
 
-        for slot in self.slots:
-            weights, ids = self.feed.next()
-            self.seen_ids.append(ids)
-            if "ids" not in slot:
-                slot["weights"], slot["ids"] = weights, ids
-            else:
-                slot["weights"].copy_(weights)
-                slot["ids"].copy_(ids)
-            if self.kind in ("up", "down"):
-                aligned = align_block_size(
-                    slot["ids"], self.item.candidate.BLOCK_SIZE_M, self.problem.num_experts
-                )
-                names = ("sorted_token_ids", "expert_ids", "num_tokens_post_padded")
-                for name, value in zip(names, aligned, strict=True):
-                    if name in slot:
-                        slot[name].copy_(value)
-                    else:
-                        slot[name] = value
+    def _next(self, count: int) -> dict[str, Any]:
+        routings = self.stream.take(self.position, count, self.block_size_m)
+        self.position += count
+        self.seen_ids.extend(routings["ids"].unbind(0))
+        return routings
 
     def _gemm_buffers(self) -> None:
         import torch

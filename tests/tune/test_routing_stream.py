@@ -1,0 +1,106 @@
+"""The routing stream: every lone-GEMM bench reads the routings it would have drawn itself."""
+
+import numpy as np
+import pytest
+import torch
+
+from moetune.kernel.align import align_block_size
+from moetune.kernel.config import Candidate
+from moetune.kernel.probe import Probe
+from moetune.kernel.problem import make_problem
+from moetune.tune.measure import probe_timing
+from moetune.tune.measure.probe_timing import RoutingFeed, _Bench, routing_stream
+from moetune.tune.problem import TuneProblem
+
+E, N, K, TOP_K, M = 8, 32, 64, 2, 5
+PROBLEM = TuneProblem(E, N, K, TOP_K, "bf16")
+
+
+@pytest.fixture(autouse=True)
+def no_streams_between_tests(monkeypatch):
+    monkeypatch.setattr(probe_timing, "_STREAMS", {})
+
+
+def fresh_draws(count, seed=0):
+    """What a bench drew for itself before the stream: one feed, drawn in order."""
+    feed = RoutingFeed(PROBLEM, M, torch.device("cpu"), seed)
+    return [feed.next() for _ in range(count)]
+
+
+def run_schedule(bench, calls, replays):
+    """The harness's order: one slot (compile, sizing), then `calls` slots refilled per replay."""
+    bench.allocate(1)
+    read = [{k: v.clone() for k, v in bench.slots[0].items()}]
+    bench.allocate(calls)
+    for replay in range(replays + 1):
+        if replay:
+            bench.refill()
+        read += [{k: v.clone() for k, v in slot.items()} for slot in bench.slots]
+    return read
+
+
+@pytest.mark.parametrize("block_m", [16, 64])
+def test_each_slot_reads_the_draw_a_fresh_feed_gives_it_and_its_alignment(block_m):
+    data = make_problem(M, E, N, K, TOP_K, "bf16", device="cpu")
+    probe = Probe("up", Candidate(block_m, 32, 32, 1, 4, 2))
+    read = run_schedule(_Bench(probe, PROBLEM, M, data), calls=3, replays=4)
+    expected = fresh_draws(len(read))
+    assert len(read) == 1 + 3 * 5
+    for slot, (weights, ids) in zip(read, expected, strict=True):
+        assert torch.equal(slot["ids"], ids) and torch.equal(slot["weights"], weights)
+        sorted_ids, expert_ids, used = align_block_size(ids, block_m, E)
+        assert torch.equal(slot["num_tokens_post_padded"], used)
+        assert torch.equal(slot["expert_ids"], expert_ids)
+        # Inside one expert's run the slot order is free (atomics): compare as sets per block.
+        for block in range(int(used[0]) // block_m):
+            rows = slice(block * block_m, (block + 1) * block_m)
+            assert sorted(slot["sorted_token_ids"][rows].tolist()) == sorted(
+                sorted_ids[rows].tolist()
+            )
+
+
+def test_benches_at_one_batch_size_share_the_stream_and_read_the_same_routings():
+    data = make_problem(M, E, N, K, TOP_K, "bf16", device="cpu")
+    first = run_schedule(
+        _Bench(Probe("down", Candidate(16, 32, 32, 1, 4, 2)), PROBLEM, M, data), 2, 3
+    )
+    stream = routing_stream(PROBLEM, M, torch.device("cpu"))
+    drawn = stream.stacked[None][0].shape[0]
+    # Another probe, another graph size and tile: the same draws, none drawn again.
+    second = run_schedule(
+        _Bench(Probe("up", Candidate(32, 32, 32, 1, 4, 2)), PROBLEM, M, data), 4, 1
+    )
+    assert stream.stacked[None][0].shape[0] == drawn >= len(second)
+    for a, b in zip(first, second, strict=False):
+        assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["weights"], b["weights"])
+    whole = run_schedule(_Bench(Candidate(16, 32, 32, 1, 4, 2), PROBLEM, M, data), 2, 1)
+    assert set(whole[0]) == {"weights", "ids"}  # a whole call aligns inside the graph
+    assert all(torch.equal(a["ids"], b["ids"]) for a, b in zip(first, whole, strict=False))
+    assert set(stream.stacked) == {None, 16, 32}
+
+
+def test_a_refill_does_not_touch_the_stream_the_next_bench_reads():
+    data = make_problem(M, E, N, K, TOP_K, "bf16", device="cpu")
+    bench = _Bench(Probe("up", Candidate(16, 32, 32, 1, 4, 2)), PROBLEM, M, data)
+    bench.allocate(2)
+    bench.slots[0]["ids"].fill_(-1)  # a launch may write its slots; the stream keeps its draws
+    bench.refill()
+    assert torch.equal(
+        routing_stream(PROBLEM, M, torch.device("cpu")).stacked[None][1][0], fresh_draws(1)[0][1]
+    )
+
+
+def test_streams_past_the_byte_budget_drop_the_least_recently_used(monkeypatch):
+    monkeypatch.setattr(probe_timing, "STREAM_CACHE_BYTES", 1)
+    cpu = torch.device("cpu")
+    a = routing_stream(PROBLEM, 3, cpu)
+    a.take(0, 4, 16)
+    b = routing_stream(PROBLEM, 4, cpu)
+    b.take(0, 4, 16)
+    streams = probe_timing._STREAMS
+    assert list(streams.values()) == [b]  # a went when b came (one stream is always kept)
+    assert routing_stream(PROBLEM, 4, cpu) is b
+    fresh = routing_stream(PROBLEM, 3, cpu)
+    assert fresh is not a and np.array_equal(
+        fresh.take(0, 4, None)["ids"], a.take(0, 4, None)["ids"]
+    )
