@@ -23,6 +23,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from moetune.dtypes import compile_family
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = tuple(
     sorted(
@@ -36,18 +38,14 @@ MIN_TIMINGS = 500
 
 
 def family(problem_key: str) -> str:
-    """The dtype family a store key's kernel compiles as (`COMPILE_S_PER_TIMING`'s keys)."""
+    """The dtype family a store key's kernel compiles as (`COMPILE_S_PER_TIMING`'s keys):
+    its quant_rules.yaml ``kernels:`` row's (`moetune.dtypes.compile_family`)."""
     fields = dict(part.split("=", 1) for part in problem_key.split(",") if "=" in part)
-    dtype = fields["dtype"]
-    if dtype in ("bf16", "fp16"):
-        return "bf16"
-    if dtype == "fp8_w8a8":
-        if "block_shape" in problem_key:
-            return "fp8_block"
-        return "fp8_channel" if "per_channel" in problem_key else "fp8"
-    if dtype in ("int4_w4a16", "int8_w8a16"):
-        return "wna16"
-    return dtype
+    return compile_family(
+        fields["dtype"],
+        block_shape=(1, 1) if "block_shape" in fields else None,
+        per_channel="per_channel" in problem_key.split(","),
+    )
 
 
 def _rows(path: Path) -> list[dict]:

@@ -40,9 +40,12 @@ the recorded span of the search (first row to last), the simulated wall times, c
 CPU seconds, and the new picks' recorded full-fidelity latencies against the old ones.
 
     python bench/replay_wall.py [STORE.jsonl[.gz] ...] [--workers 14] [--switch-s 0.05]
-        [--tokens-switch-s 0.005] [--json OUT]
+        [--tokens-switch-s 0.005] [--pruning fast|safe] [--json OUT]
 
-With no store it replays the four recorded H200 default tunes (`RECORDED`).
+With no store it replays the four recorded H200 default tunes (`RECORDED`). The spaces are
+pruned as the fast search prunes them (`--pruning fast`: the provably safe rules and the
+measured ones, `moetune.tune.search.space.prune_rules`); ``--pruning safe`` applies the
+provably safe rules only, as the replays before bench/results/2026-12-02-spill-prune did.
 """
 
 from __future__ import annotations
@@ -67,7 +70,14 @@ from moetune.tune.measure.measurer import FINAL_WARM_FAILURES, RunContext, Store
 from moetune.tune.measure.timing import Outcome
 from moetune.tune.measure.worker import FollowUp, WorkUnit
 from moetune.tune.problem import TuneProblem
-from moetune.tune.search.space import default_space, prune, swap_ab_candidates
+from moetune.tune.search.space import (
+    PRUNE_RULES,
+    Rule,
+    default_space,
+    prune,
+    prune_rules,
+    swap_ab_candidates,
+)
 from moetune.tune.search.strategy import (
     TRANSFER_OPTIONS,
     FastSearchOptions,
@@ -89,6 +99,12 @@ WORKERS = 14  # the recorded H200 runs' compile processes (16 cores)
 SWITCH_S = 0.05
 TOKENS_SWITCH_S = 0.005
 NOT_RECORDED = "replay: not recorded in the store"
+# `--pruning`: the rules the spaces are pruned with. fast: as `moetune tune --search fast`
+# prunes (the provably safe rules and the measured ones); safe: the provably safe ones only.
+PRUNINGS: dict[str, tuple[tuple[str, Rule], ...]] = {
+    "fast": prune_rules("fast"),
+    "safe": PRUNE_RULES,
+}
 _KERNEL = re.compile(r",kernel=(\w+)-([\w.+-]+)@(\w+)$")
 
 
@@ -376,14 +392,19 @@ CONFINED = "pipelined, recorded candidates only"
 
 
 def spaces_of(
-    problem: TuneProblem, batch_sizes: Sequence[int], recorded: Recorded | None = None
+    problem: TuneProblem,
+    batch_sizes: Sequence[int],
+    recorded: Recorded | None = None,
+    pruning: str = "fast",
 ) -> dict[int, list[Candidate]]:
-    """The default grid pruned per batch size, as `moetune.tune.runner.make_plan` prunes it;
-    with `recorded`, only the candidates it timed there (any fidelity)."""
+    """The default grid pruned per batch size, as `moetune.tune.runner.make_plan` prunes it
+    for the fast search (`PRUNINGS`); with `recorded`, only the candidates it timed there
+    (any fidelity)."""
     limits = DeviceLimits.h200()
     grid = default_space()
     grid = [*grid, *swap_ab_candidates(grid, problem, limits)]
-    spaces = {m: list(prune(grid, problem, m, limits).kept) for m in batch_sizes}
+    rules = PRUNINGS[pruning]
+    spaces = {m: list(prune(grid, problem, m, limits, rules).kept) for m in batch_sizes}
     if recorded is None:
         return spaces
     timed = {
@@ -415,6 +436,7 @@ def replay_search(
     workers: int = WORKERS,
     switch_s: float = SWITCH_S,
     tokens_switch_s: float = TOKENS_SWITCH_S,
+    pruning: str = "fast",
 ) -> Replayed:
     """Replay one problem's search (fast, or transfer with `seeds`) under `schedule`:
     `SEQUENTIAL`, `PIPELINED`, or `CONFINED` (pipelined over the candidates the store
@@ -422,7 +444,7 @@ def replay_search(
     problem = problem_of(recorded.key)
     limits = DeviceLimits.h200()
     order = sorted(batch_sizes or {m for m, _ in recorded.rows})
-    spaces = spaces_of(problem, order, recorded if schedule == CONFINED else None)
+    spaces = spaces_of(problem, order, recorded if schedule == CONFINED else None, pruning)
     pipelined = schedule != SEQUENTIAL
     switch = tokens_switch_s if pipelined else switch_s
     backend = SimulatedBackend({problem.key(): recorded}, workers=workers, switch_s=switch)
@@ -463,6 +485,7 @@ def replay_store(
     workers: int = WORKERS,
     switch_s: float = SWITCH_S,
     tokens_switch_s: float = TOKENS_SWITCH_S,
+    pruning: str = "fast",
 ) -> list[dict[str, Any]]:
     rows = read_rows(path)
     whole = [r for r in rows if r.kind == "whole"]
@@ -498,6 +521,7 @@ def replay_store(
                 workers=workers,
                 switch_s=switch_s,
                 tokens_switch_s=tokens_switch_s,
+                pruning=pruning,
             )
             for schedule in schedules
         }
@@ -515,6 +539,7 @@ def replay_store(
                 "store": str(path),
                 "problem": key,
                 "search": "transfer" if seeds else "fast",
+                "pruning": pruning,
                 "batch_sizes": batch_sizes,
                 "recorded_span_s": recorded[key].span_s,
                 "recorded_timings": sum(len(found) for found in recorded[key].rows.values()),
@@ -572,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=WORKERS)
     parser.add_argument("--switch-s", type=float, default=SWITCH_S)
     parser.add_argument("--tokens-switch-s", type=float, default=TOKENS_SWITCH_S)
+    parser.add_argument("--pruning", choices=sorted(PRUNINGS), default="fast")
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args(argv)
     reports = []
@@ -581,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             switch_s=args.switch_s,
             tokens_switch_s=args.tokens_switch_s,
+            pruning=args.pruning,
         )
         reports += found
         print(f"# {path}")

@@ -18,7 +18,8 @@ class DeviceLimits:
     shared_memory_per_block: int  # bytes a block may opt in to (Triton's `max_shared_mem`)
     num_sms: int
     name: str
-    compute_capability: tuple[int, int] | None = None  # (9, 0) for Hopper; None if unknown
+    # NVIDIA's compute capability, (9, 0) for Hopper; None if unknown or not NVIDIA.
+    compute_capability: tuple[int, int] | None = None
 
     @classmethod
     def h200(cls) -> DeviceLimits:
@@ -32,7 +33,11 @@ class DeviceLimits:
 
     @classmethod
     def from_torch(cls, device_index: int = 0) -> DeviceLimits:
-        """Read the limits of a visible CUDA device (imports torch)."""
+        """Read the limits of a visible CUDA device (imports torch).
+
+        A ROCm build reports its GPU's gfx version as major/minor (9, 4 for MI300);
+        that is no compute capability, so it is left unknown there.
+        """
         import torch
 
         if not torch.cuda.is_available():
@@ -47,5 +52,7 @@ class DeviceLimits:
             shared_memory_per_block=int(shared),
             num_sms=int(props.multi_processor_count),
             name=props.name,
-            compute_capability=(int(props.major), int(props.minor)),
+            compute_capability=None
+            if getattr(torch.version, "hip", None)
+            else (int(props.major), int(props.minor)),
         )

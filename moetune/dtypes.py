@@ -39,6 +39,8 @@ FUSED_MOE_KERNEL = "fused_moe_kernel"
 GPTQ_AWQ_KERNEL = "fused_moe_kernel_gptq_awq"
 # Weight-scale layouts (`DtypeSpec.scales`).
 SCALE_LAYOUTS = ("tensor", "channel", "block", "group")
+# The compile-rate family of the unquantized kernel (bf16, fp16), which has no ``kernels:`` row.
+UNQUANTIZED_COMPILE_FAMILY = "bf16"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class KernelVariant:
     per_channel: bool
     static_activations: bool
     files: tuple[tuple[str, EngineFile], ...]  # (engine, its file), per engine
+    compile_family: str  # whose compile rate the tune estimate prices it at
 
     def file(self, engine: str) -> EngineFile:
         return dict(self.files)[engine]
@@ -283,6 +286,7 @@ def kernel_variants() -> tuple[KernelVariant, ...]:
                 per_channel=bool(row.get("per_channel")),
                 static_activations=bool(row.get("static_activations")),
                 files=tuple((engine, _engine_file(files[engine])) for engine in ENGINES),
+                compile_family=_compile_family(name, row),
             )
         )
     return tuple(variants)
@@ -291,6 +295,30 @@ def kernel_variants() -> tuple[KernelVariant, ...]:
 def variants_of(dtype: str | None) -> tuple[KernelVariant, ...]:
     """The ``kernels:`` rows whose engines' dtype string is `dtype`."""
     return tuple(v for v in kernel_variants() if v.dtype == dtype)
+
+
+def _compile_family(name: str, row: dict[str, Any]) -> str:
+    family = row.get("compile_family")
+    if not family:
+        source = rules_resource()
+        raise InvalidMappingsError(f"{source}: kernels: {name} names no compile_family")
+    return str(family)
+
+
+def compile_family(
+    dtype: str, *, block_shape: tuple[int, int] | None = None, per_channel: bool = False
+) -> str:
+    """The compile-rate family of a kernel problem: its ``kernels:`` row's ``compile_family``.
+
+    The row is the dtype's with weight blocks iff `block_shape` is given, and the same
+    `per_channel` where one has it (else the first such row: fp8 per tensor before its
+    static-scale twin, int8_w8a16 whatever its scales); a dtype without rows is unquantized.
+    """
+    blocked = [v for v in variants_of(dtype) if (v.block == "weights") == bool(block_shape)]
+    if not blocked:
+        return UNQUANTIZED_COMPILE_FAMILY
+    same = [v for v in blocked if v.per_channel == per_channel]
+    return (same or blocked)[0].compile_family
 
 
 def engine_file_n(engine: str, N: int, dtype: str | None) -> int:

@@ -39,7 +39,14 @@ from moetune.tune.measure.measurer import Backend, RunContext, StoreMeasurer
 from moetune.tune.measure.routing_load import beats_floor_note, floor_hits
 from moetune.tune.measure.worker import WorkUnit
 from moetune.tune.problem import TuneProblem
-from moetune.tune.search.space import PRUNE_RULES, PruneReport, prune, swap_ab_candidates
+from moetune.tune.search.space import (
+    MEASURED_RULES,
+    PRUNE_RULES,
+    PruneReport,
+    prune,
+    prune_rules,
+    swap_ab_candidates,
+)
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 
 ENGINES = ("vllm", "sglang")
@@ -156,7 +163,8 @@ def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:
     if not request.space:
         raise TuneError("the search space is empty")
     space = [*request.space, *swap_ab_candidates(request.space, request.problem, limits)]
-    pruning = {m: prune(space, request.problem, m, limits) for m in request.batch_sizes}
+    rules = prune_rules(request.search)  # fast: the measured rules too
+    pruning = {m: prune(space, request.problem, m, limits, rules) for m in request.batch_sizes}
     empty = [m for m, report in pruning.items() if not report.kept]
     if empty:
         raise TuneError(_nothing_left(pruning[empty[0]], empty[0], request.space_source))
@@ -173,7 +181,7 @@ def make_plan(request: TuneRequest, limits: DeviceLimits) -> TunePlan:
 def _nothing_left(report: PruneReport, batch_size: int, space_source: str) -> str:
     """Why pruning kept nothing: the rule that removed the last candidates, in its own words."""
     last = [name for name, count in report.removed.items() if count][-1]
-    rule = dict(PRUNE_RULES)[last].__doc__.strip().splitlines()[0].rstrip(".")
+    rule = dict(PRUNE_RULES + MEASURED_RULES)[last].__doc__.strip().splitlines()[0].rstrip(".")
     return (
         f"pruning left no candidate at batch size {batch_size}: rule {last} removed the last "
         f"{report.removed[last]} ({rule}); no config of the search space ({space_source}) "

@@ -32,7 +32,8 @@ on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
   synthetic GPU, tests/tune/test_strategy_transfer.py). Compiling costs CPU
   seconds per whole-call timing by kernel dtype (`COMPILE_S_PER_TIMING`, the
   median over the recorded H200 searches of each, bench/compile_rates.py: bf16
-  0.36 over 21 searches, fp8 block 0.56, fp8 per channel 0.71, int8 0.54);
+  0.36 over 21 searches, fp8 block 0.56, fp8 per channel 0.71, int8 0.54; int8
+  w8a16, never recorded, runs in fused_moe_kernel and is priced as int8 w8a8);
   the timer takes about 0.02 s a timing (the median gap between a search's
   rows, 0.015-0.026 s). The tail factors are the replayed wall over that bound
   (bench/replay_wall.py on the four recorded default tunes: fast search
@@ -81,6 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from moetune.device import DeviceLimits
+from moetune.dtypes import compile_family as dtype_compile_family
 from moetune.dtypes import quant_details
 from moetune.engines.launch import KernelRef, kernel_for
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
@@ -108,8 +110,10 @@ FAST_SEARCH_SHARE = 0.12  # of the pruned pairs, timed by the whole-call fast se
 # Whole-call searches run their batch sizes side by side: compile processes and the timer.
 H200_COMPILE_WORKERS = 14  # 16 cores, less the timer and the main process
 TIMER_S_PER_TIMING = 0.02  # the timer's seconds per whole-call timing
-# CPU seconds of compiling per whole-call timing, by kernel dtype family (`compile_family`).
-# wna16: the current int4 kernel's store (kernel_rev=2); the first revision took 2.5.
+# CPU seconds of compiling per whole-call timing, by kernel dtype family (`compile_family`:
+# quant_rules.yaml's ``kernels:`` rows name theirs; int8_w8a16, unrecorded, runs in
+# fused_moe_kernel and is priced as int8_w8a8). wna16: the current int4 kernel's store
+# (kernel_rev=2); the first revision took 2.5.
 COMPILE_S_PER_TIMING = {
     "bf16": 0.36,
     "fp8": 0.34,
@@ -219,17 +223,11 @@ def long_timing_seconds(problem: TuneProblem, batch_size: int) -> float:
 
 
 def compile_family(problem: TuneProblem) -> str:
-    """The kernel dtype family whose compile rate prices `problem` (`COMPILE_S_PER_TIMING`)."""
-    dtype = problem.dtype
-    if dtype in ("bf16", "fp16"):
-        return "bf16"
-    if dtype == "fp8_w8a8":
-        if problem.block_shape:
-            return "fp8_block"
-        return "fp8_channel" if problem.per_channel else "fp8"
-    if dtype in ("int4_w4a16", "int8_w8a16"):
-        return "wna16"
-    return dtype if dtype in COMPILE_S_PER_TIMING else "bf16"
+    """The kernel dtype family whose compile rate prices `problem` (`COMPILE_S_PER_TIMING`):
+    its quant_rules.yaml ``kernels:`` row's ``compile_family`` (`moetune.dtypes.compile_family`)."""
+    return dtype_compile_family(
+        problem.dtype, block_shape=problem.block_shape, per_channel=problem.per_channel
+    )
 
 
 def search_seconds(

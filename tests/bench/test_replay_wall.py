@@ -86,12 +86,28 @@ STORE = ROOT / "bench/results/2026-12-02-default-tune-times/vllm_bf16/measuremen
 def test_the_recorded_search_replays_exactly_and_the_pipeline_keeps_its_picks():
     """Qwen3-235B TP4 on vLLM 0.33.0's kernel (18 batch sizes, 14 compile workers): the
     sequential search asks exactly the recorded questions, compiles what the run compiled
-    (851 CPU-s) and takes about the recorded 125 s; the pipeline picks the same configs."""
+    (851 CPU-s) and takes about the recorded 125 s; the pipeline picks the same configs.
+    The run pruned with the provably safe rules only (before `accumulator_spills`)."""
     wall = load("replay_wall")
-    [report] = wall.replay_store(STORE)
+    [report] = wall.replay_store(STORE, pruning="safe")
     old, new = report["runs"][wall.SEQUENTIAL], report["runs"][wall.PIPELINED]
     assert old["misses"] == 0 and old["timings"] == 2364  # the store's 2378 but 14 baselines
     assert old["compile_cpu_s"] == pytest.approx(851.4, abs=2)  # the run's summary: 851.443
     assert 0.85 * report["recorded_span_s"] <= old["wall_s"] <= 1.05 * report["recorded_span_s"]
     assert new["wall_s"] < 0.8 * old["wall_s"]
     assert all(pick[wall.PIPELINED]["delta"] == 0 for pick in report["picks"])
+
+
+@pytest.mark.skipif(not STORE.exists(), reason="the recorded H200 store is not here")
+def test_the_fast_search_pruning_keeps_the_picks_and_compiles_less():
+    """The same store replayed sequentially with the fast search's measured rule
+    (`accumulator_spills`): the same 18 picks, fewer timings and compile seconds."""
+    wall = load("replay_wall")
+    rows = wall.read_rows(STORE)
+    whole = [r for r in rows if r.kind == "whole"]
+    [key] = {r.problem_key for r in whole}
+    recorded = wall.Recorded.of(key, whole, rows)
+    safe = wall.replay_search(recorded, wall.SEQUENTIAL, pruning="safe")
+    fast = wall.replay_search(recorded, wall.SEQUENTIAL, pruning="fast")
+    assert fast.picks == safe.picks and len(fast.picks) == 18
+    assert fast.timings < safe.timings and fast.compile_cpu_s < safe.compile_cpu_s - 20

@@ -10,6 +10,12 @@ rule either removes candidates that cannot run correctly (or at all) on the
 device, or removes a candidate only when another candidate that is kept does
 the same work with less (or identical) effort. Rules run in `PRUNE_RULES`
 order and `PruneReport.removed` counts what each one removed.
+
+`MEASURED_RULES` are kept apart: they remove candidates that the recorded
+measurements show are never near the best, without a proof. Only the fast search
+(the default) applies them (`prune_rules`); ``--search thorough`` and
+``exhaustive`` search the grid the safe rules leave, so what a measured rule
+loses can still be measured.
 """
 
 from __future__ import annotations
@@ -421,6 +427,49 @@ def rule_group_size_m_degenerate(candidates: list[Candidate], ctx: PruneContext)
     )
 
 
+# A thread's share of a tile's accumulator at and above which the tile spills (see
+# `rule_accumulator_spills`): NVIDIA's cap is 255 32-bit registers per thread.
+ACCUMULATOR_SPILL_REGISTERS = 256
+# From this compute capability on (Blackwell's tcgen05) the MMA accumulates in tensor memory.
+TENSOR_MEMORY_ACCUMULATOR_CC = (10, 0)
+
+
+def accumulator_registers(candidate: Candidate) -> float:
+    """32-bit registers each thread holds of the tile's accumulator.
+
+    BLOCK_SIZE_M x BLOCK_SIZE_N fp32 (int32 for int8) values over ``32 * num_warps``
+    threads; a swapped 8-row tile (`swap_ab_candidates`) accumulates BLOCK_SIZE_N x 8,
+    the same product.
+    """
+    return candidate.BLOCK_SIZE_M * candidate.BLOCK_SIZE_N / (32 * candidate.num_warps)
+
+
+def rule_accumulator_spills(candidates: list[Candidate], ctx: PruneContext) -> list[Candidate]:
+    """Tiles whose accumulator needs 256 or more registers per thread, where they spill.
+
+    Measured, not proven (a `MEASURED_RULES` rule: the fast search only). On NVIDIA
+    GPUs before compute capability 10 the tensor-core accumulator lives in registers,
+    at most 255 per thread, so a tile with ``BLOCK_SIZE_M * BLOCK_SIZE_N / (32 *
+    num_warps) >= ACCUMULATOR_SPILL_REGISTERS`` (128x256 or 256x128 with 4 warps,
+    256x256 with 4 or 8) spills it to local memory. In the 22 recorded H200 stores
+    under bench/results that timed such tiles (bf16, fp8, int8, int4), none of their
+    930 whole-call timings came closer than 1.88x to the best of its batch size and
+    fidelity (median 6.1x, up to 150x; bench/results/2026-12-02-spill-prune). They are
+    also the dearest compiles: in the DeepSeek-V3 TP8 fp8-block store
+    (2026-12-02-default-tune-times/dsv3) all 19 compiles over 5 s were such tiles,
+    359 of its 1,086 compile CPU-s. Neither vLLM's nor SGLang's shipped H100, H200
+    or H20 files use one. Blackwell (tcgen05, compute capability 10 and up)
+    accumulates in tensor memory, and an unknown device may too: there the rule
+    keeps everything. It never empties the space: if every
+    candidate left would spill, all are kept.
+    """
+    capability = ctx.limits.compute_capability
+    if capability is None or capability >= TENSOR_MEMORY_ACCUMULATOR_CC:
+        return candidates
+    fits = [c for c in candidates if accumulator_registers(c) < ACCUMULATOR_SPILL_REGISTERS]
+    return fits or candidates
+
+
 Rule = Callable[[list[Candidate], PruneContext], list[Candidate]]
 
 # (name, rule) in the order they run; the names are the keys of PruneReport.removed.
@@ -435,20 +484,31 @@ PRUNE_RULES: tuple[tuple[str, Rule], ...] = (
     ("group_size_m_degenerate", rule_group_size_m_degenerate),
 )
 
+# Rules the recorded measurements support but no proof does (module docstring): run after
+# `PRUNE_RULES`, by the fast search only.
+MEASURED_RULES: tuple[tuple[str, Rule], ...] = (("accumulator_spills", rule_accumulator_spills),)
+
+
+def prune_rules(search: str) -> tuple[tuple[str, Rule], ...]:
+    """The rules a search prunes with: `PRUNE_RULES`, and `MEASURED_RULES` for ``fast``."""
+    return PRUNE_RULES + MEASURED_RULES if search == "fast" else PRUNE_RULES
+
 
 def prune(
     candidates: Iterable[Candidate],
     problem: TuneProblem,
     batch_size: int,
     limits: DeviceLimits,
+    rules: Sequence[tuple[str, Rule]] = PRUNE_RULES,
 ) -> PruneReport:
-    """Apply every rule in order; report what survived and what each rule removed."""
+    """Apply `rules` in order (the provably safe ones unless told: `prune_rules`); report
+    what survived and what each rule removed."""
     if batch_size < 1:
         raise TuneError(f"batch size must be a positive integer, got {batch_size}")
     kept = sorted(set(candidates))
     ctx = PruneContext(problem=problem, batch_size=batch_size, limits=limits)
     removed: dict[str, int] = {}
-    for name, rule in PRUNE_RULES:
+    for name, rule in rules:
         survivors = rule(kept, ctx)
         removed[name] = len(kept) - len(survivors)
         kept = survivors
