@@ -10,6 +10,7 @@ export PYTHONPATH=/tmp/site:$CODE:$PWD/.engines/site PYTHONUNBUFFERED=1
 HERE=$CODE/bench/results/2026-12-02-timer-cost
 # $OUT brings back 8 files at most: everything goes to $W, packed into $OUT/r.tgz after each step.
 W=/tmp/w; mkdir -p $W; pack() { tar -czf "$OUT/r.tgz" -C $W . ; cp $W/steps.txt $OUT/ 2>/dev/null; }; trap pack EXIT
+(while sleep 30; do pack; done) & # a run cut at the device's limit still brings back its store
 date -u >> $W/date.txt; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $W/machine.txt
 (cd $CODE && python3 -c "import torch, triton, moetune; print('torch', torch.__version__, 'triton', triton.__version__, moetune.__file__)") >> $W/machine.txt
 tune() { local name=$1 limit=$2; shift 2; local t0=$SECONDS
