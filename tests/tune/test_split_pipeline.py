@@ -23,7 +23,7 @@ from synthetic import H200, QWEN3_30B, SyntheticBackend, SyntheticGPU, _unit  # 
 
 BATCH_SIZES = (1, 8, 64, 256, 1024)
 VARIANTS = [("up", False), ("down", False), ("down", True)]
-PIPELINED = FastSplitOptions(pipelined=True)
+PIPELINED = FastSplitOptions()
 SEQUENTIAL = FastSplitOptions(pipelined=False)
 
 

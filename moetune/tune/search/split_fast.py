@@ -58,13 +58,9 @@ class FastSplitOptions:
     min_gain: float = 0.01  # a pair must beat the single's up + down by this share
     headroom: float = 0.005  # what a climb may add where the seeds gained little
     max_climb_rounds: int = 4
-    # True: the batch sizes' independent timings asked side by side (`SeededSplitSearch`);
-    # False (the default): one batch size after another. The same pairs either way. Side by
-    # side replayed 30 % faster, but on the H200 (2026-12-02, Qwen3-235B TP8 and GLM-4.5-Air
-    # TP4) its split stage took 147 and 158 s against 74 s one batch size after another: the
-    # timer waited 0.2-0.8 s between lone timings at M <= 8 and M >= 256, which the replay's
-    # clock does not model (bench/results/2026-12-02-timer-cost).
-    pipelined: bool = False
+    # The batch sizes' independent timings asked side by side (`SeededSplitSearch`); False:
+    # one batch size after another, as before (for comparisons). The same pairs either way.
+    pipelined: bool = True
 
     def __post_init__(self) -> None:
         if self.whole_seeds < 1:
