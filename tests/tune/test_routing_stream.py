@@ -104,3 +104,43 @@ def test_streams_past_the_byte_budget_drop_the_least_recently_used(monkeypatch):
     assert fresh is not a and np.array_equal(
         fresh.take(0, 4, None)["ids"], a.take(0, 4, None)["ids"]
     )
+
+
+@pytest.mark.parametrize("kind", ["up", "down", "whole"])
+@pytest.mark.parametrize(
+    "batch_size, experts, top_k", [(1, 8, 2), (3, 8, 3), (24, 128, 8), (5, 60, 6)]
+)
+def test_every_slot_starts_where_a_tensor_of_its_own_would(kind, batch_size, experts, top_k):
+    """Triton specializes pointer arguments on 16-byte alignment. A slot that is a view into
+    a stacked buffer at an unaligned offset (num_tokens_post_padded: 4 bytes a slot) makes
+    the timer compile a second variant of the kernel the warmers compiled (on the H200,
+    0.36-0.39 s a new probe config). Each slot must start as a tensor of its own would."""
+    problem = TuneProblem(experts, N, K, top_k, "bf16")
+    data = make_problem(batch_size, experts, N, K, top_k, "bf16", device="cpu")
+    tile = Candidate(16, 32, 32, 1, 4, 2)
+    item = tile if kind == "whole" else Probe(kind, tile)
+    bench = _Bench(item, problem, batch_size, data)
+    for count in (1, 7):
+        bench.allocate(count)
+        bench.refill()
+        for slot in bench.slots:
+            for name, tensor in slot.items():
+                assert tensor.data_ptr() % TRITON_POINTER_ALIGN == 0, (name, count)
+                assert tensor.is_contiguous(), name
+        for name in bench.slots[0]:  # one allocation's alignment apart (CPU: 64 bytes at start)
+            starts = [slot[name].data_ptr() for slot in bench.slots]
+            assert all(
+                (b - a) % probe_timing.SLOT_ALIGN_BYTES == 0
+                for a, b in zip(starts, starts[1:], strict=False)
+            )
+        expected = [d for d in fresh_draws_of(problem, batch_size, bench.position)][-count:]
+        for slot, (weights, ids) in zip(bench.slots, expected, strict=True):
+            assert torch.equal(slot["ids"], ids) and torch.equal(slot["weights"], weights)
+
+
+TRITON_POINTER_ALIGN = 16  # Triton specializes a pointer argument on this divisibility
+
+
+def fresh_draws_of(problem, batch_size, count):
+    feed = RoutingFeed(problem, batch_size, torch.device("cpu"), 0)
+    return [feed.next() for _ in range(count)]

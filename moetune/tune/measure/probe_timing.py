@@ -128,6 +128,12 @@ DRAWN = ("weights", "ids")
 ALIGNED = ("sorted_token_ids", "expert_ids", "num_tokens_post_padded")
 # Device bytes the cached streams may hold in one process; the oldest go first beyond it.
 STREAM_CACHE_BYTES = 4 << 30
+# Each slot of a bench starts at this alignment, as a tensor of its own would (PyTorch's CUDA
+# allocator hands out 512-byte blocks). Triton specializes pointers on 16-byte alignment: a
+# slot at an odd offset of a shared buffer would run another variant of the kernel than the
+# one the warmers compiled, compiled again in the timer (on the H200 that was 0.36-0.39 s
+# for every new probe config, 2026-12-02; bench/results/2026-12-02-timer-cost).
+SLOT_ALIGN_BYTES = 512
 
 
 class RoutingStream:
@@ -162,7 +168,7 @@ class RoutingStream:
             experts = self.feed.problem.num_experts
             ids = drawn[1]
             aligned = self._grow(
-                block_size_m, end, lambda j: align_block_size(ids[j], block_size_m, experts)
+                block_size_m, end, lambda j: align_block_size(ids[j].clone(), block_size_m, experts)
             )
             out.update(zip(ALIGNED, (t[start:end] for t in aligned), strict=True))
         return out
@@ -215,6 +221,19 @@ def routing_stream(problem: Any, batch_size: int, device: Any, seed: int = 0) ->
     return stream
 
 
+def _aligned_rows(stacked: Any) -> Any:
+    """`stacked` ([count, ...]) copied into rows that each start at `SLOT_ALIGN_BYTES`:
+    a [count, n] view of a wider buffer, one row a slot."""
+    import torch
+
+    count, size = stacked.shape[0], stacked.element_size()
+    per_slot = stacked[0].numel()
+    width = -(-per_slot * size // SLOT_ALIGN_BYTES) * SLOT_ALIGN_BYTES // size
+    rows = torch.empty(count, width, dtype=stacked.dtype, device=stacked.device)[:, :per_slot]
+    rows.copy_(stacked.reshape(count, per_slot))
+    return rows
+
+
 # ---------------------------------------------------------------------------
 # Benches: static slots, a refill outside the timed region, one launch per slot
 # ---------------------------------------------------------------------------
@@ -265,8 +284,11 @@ class _Bench:
 
     def allocate(self, count: int) -> None:
         routings = self._next(count)
-        self.buffers = {name: value.clone() for name, value in routings.items()}
-        self.slots = [{name: b[i] for name, b in self.buffers.items()} for i in range(count)]
+        self.buffers = {name: _aligned_rows(value) for name, value in routings.items()}
+        self.slots = [
+            {name: rows[i].view(routings[name].shape[1:]) for name, rows in self.buffers.items()}
+            for i in range(count)
+        ]
         if self.kind in ("up", "down"):
             self._gemm_buffers()
 
@@ -275,7 +297,7 @@ class _Bench:
 
     def refill(self) -> None:
         for name, value in self._next(len(self.slots)).items():
-            self.buffers[name].copy_(value)
+            self.buffers[name].copy_(value.reshape(value.shape[0], -1))
 
     def _next(self, count: int) -> dict[str, Any]:
         routings = self.stream.take(self.position, count, self.block_size_m)
