@@ -144,3 +144,14 @@ TRITON_POINTER_ALIGN = 16  # Triton specializes a pointer argument on this divis
 def fresh_draws_of(problem, batch_size, count):
     feed = RoutingFeed(problem, batch_size, torch.device("cpu"), 0)
     return [feed.next() for _ in range(count)]
+
+
+def test_a_stream_that_grows_past_the_budget_drops_the_older_ones(monkeypatch):
+    cpu = torch.device("cpu")
+    a = routing_stream(PROBLEM, 3, cpu)
+    a.take(0, 4, 16)
+    b = routing_stream(PROBLEM, 4, cpu)
+    monkeypatch.setattr(probe_timing, "STREAM_CACHE_BYTES", a.nbytes + 1)
+    assert list(probe_timing._STREAMS.values()) == [a, b]  # b holds nothing yet
+    b.take(0, 4, 16)  # now both are past the budget: a, the older, goes
+    assert list(probe_timing._STREAMS.values()) == [b]

@@ -192,6 +192,7 @@ class RoutingStream:
             self.nbytes -= sum(t.numel() * t.element_size() for t in stacks)
         self.nbytes += sum(t.numel() * t.element_size() for t in fresh)
         self.stacked[group] = fresh
+        _evict_past_budget()
         return fresh
 
 
@@ -216,9 +217,15 @@ def routing_stream(problem: Any, batch_size: int, device: Any, seed: int = 0) ->
     if stream is None:
         stream = RoutingStream(RoutingFeed(problem, batch_size, device, seed))
     streams[key] = stream  # the most recently used last
-    while len(streams) > 1 and sum(s.nbytes for s in streams.values()) > STREAM_CACHE_BYTES:
-        del streams[next(iter(streams))]
+    _evict_past_budget()
     return stream
+
+
+def _evict_past_budget() -> None:
+    """Drop the least recently used streams while all of them hold more than
+    `STREAM_CACHE_BYTES` (the one in use, the last, always stays)."""
+    while len(_STREAMS) > 1 and sum(s.nbytes for s in _STREAMS.values()) > STREAM_CACHE_BYTES:
+        del _STREAMS[next(iter(_STREAMS))]
 
 
 def _aligned_rows(stacked: Any) -> Any:
