@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from moetune.kernel.problem import make_problem
-    from moetune.tune.measure import probe_timing
-    from moetune.tune.measure.probe_timing import measure_probe
+    from moetune.tune.measure.probe_timing import drop_routing_streams, measure_probe
 
     e, n, k, top_k = (int(v) for v in args.shape.split(","))
     block = tuple(int(v) for v in args.block_shape.split(",")) if args.block_shape else None
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 for repeat in range(args.repeats):
                     for mode in ("fresh", "kept"):  # interleaved: drift hits both alike
                         if mode == "fresh":
-                            probe_timing._STREAMS.clear()
+                            drop_routing_streams()
                         start = time.perf_counter()
                         outcome = measure_probe(problem, m, args.fidelity, item, data)
                         if device == "cuda":

@@ -21,9 +21,12 @@ def no_streams_between_tests(monkeypatch):
     monkeypatch.setattr(probe_timing, "_STREAMS", {})
 
 
-def fresh_draws(count, seed=0):
+TRITON_POINTER_ALIGN = 16  # Triton specializes a pointer argument on this divisibility
+
+
+def fresh_draws(count, problem=PROBLEM, batch_size=M):
     """What a bench drew for itself before the stream: one feed, drawn in order."""
-    feed = RoutingFeed(PROBLEM, M, torch.device("cpu"), seed)
+    feed = RoutingFeed(problem, batch_size, torch.device("cpu"), 0)
     return [feed.next() for _ in range(count)]
 
 
@@ -133,17 +136,9 @@ def test_every_slot_starts_where_a_tensor_of_its_own_would(kind, batch_size, exp
                 (b - a) % probe_timing.SLOT_ALIGN_BYTES == 0
                 for a, b in zip(starts, starts[1:], strict=False)
             )
-        expected = [d for d in fresh_draws_of(problem, batch_size, bench.position)][-count:]
+        expected = fresh_draws(bench.position, problem, batch_size)[-count:]
         for slot, (weights, ids) in zip(bench.slots, expected, strict=True):
             assert torch.equal(slot["ids"], ids) and torch.equal(slot["weights"], weights)
-
-
-TRITON_POINTER_ALIGN = 16  # Triton specializes a pointer argument on this divisibility
-
-
-def fresh_draws_of(problem, batch_size, count):
-    feed = RoutingFeed(problem, batch_size, torch.device("cpu"), 0)
-    return [feed.next() for _ in range(count)]
 
 
 def test_a_stream_that_grows_past_the_budget_drops_the_older_ones(monkeypatch):

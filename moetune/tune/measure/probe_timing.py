@@ -166,7 +166,7 @@ class RoutingStream:
         out = dict(zip(DRAWN, (t[start:end] for t in drawn), strict=True))
         if block_size_m is not None:
             experts = self.feed.problem.num_experts
-            ids = drawn[1]
+            ids = drawn[1]  # a row of the stack may sit off 16 bytes: aligned from a copy
             aligned = self._grow(
                 block_size_m, end, lambda j: align_block_size(ids[j].clone(), block_size_m, experts)
             )
@@ -212,13 +212,17 @@ def routing_stream(problem: Any, batch_size: int, device: Any, seed: int = 0) ->
         str(device),
         seed,
     )
-    streams = _STREAMS
-    stream = streams.pop(key, None)
+    stream = _STREAMS.pop(key, None)
     if stream is None:
         stream = RoutingStream(RoutingFeed(problem, batch_size, device, seed))
-    streams[key] = stream  # the most recently used last
+    _STREAMS[key] = stream  # the most recently used last
     _evict_past_budget()
     return stream
+
+
+def drop_routing_streams() -> None:
+    """Forget every kept stream: the next bench draws its routings afresh."""
+    _STREAMS.clear()
 
 
 def _evict_past_budget() -> None:
