@@ -39,8 +39,14 @@ store timed at each batch size, so nothing is missing), each on a fresh clock. P
 the recorded span of the search (first row to last), the simulated wall times, compile
 CPU seconds, and the new picks' recorded full-fidelity latencies against the old ones.
 
+A fast search is also replayed pipelined from ``--search thorough``'s three climb starts
+(fast search climbed from three until 2026-12-04, from two since), and the picks of each
+schedule are compared with that replay's (``against three starts``). ``--starts N`` replays
+the other schedules from N starts (a store recorded before 2026-12-04 replays exactly with
+``--starts 3``).
+
     python bench/replay_wall.py [STORE.jsonl[.gz] ...] [--workers 14] [--switch-s 0.05]
-        [--tokens-switch-s 0.005] [--pruning fast|safe] [--json OUT]
+        [--tokens-switch-s 0.005] [--pruning fast|safe] [--starts N] [--json OUT]
 
 With no store it replays the four recorded H200 default tunes (`RECORDED`). The spaces are
 pruned as the fast search prunes them (`--pruning fast`: the provably safe rules and the
@@ -79,6 +85,7 @@ from moetune.tune.search.space import (
     swap_ab_candidates,
 )
 from moetune.tune.search.strategy import (
+    THOROUGH_OPTIONS,
     TRANSFER_OPTIONS,
     FastSearchOptions,
     fast_search,
@@ -389,6 +396,7 @@ class MemoryStore:
 SEQUENTIAL = "sequential"
 PIPELINED = "pipelined"
 CONFINED = "pipelined, recorded candidates only"
+THOROUGH = "pipelined, --search thorough's three climb starts"
 
 
 def spaces_of(
@@ -437,10 +445,12 @@ def replay_search(
     switch_s: float = SWITCH_S,
     tokens_switch_s: float = TOKENS_SWITCH_S,
     pruning: str = "fast",
+    starts: int | None = None,
 ) -> Replayed:
     """Replay one problem's search (fast, or transfer with `seeds`) under `schedule`:
     `SEQUENTIAL`, `PIPELINED`, or `CONFINED` (pipelined over the candidates the store
-    timed at each batch size, so that nothing it asks is missing)."""
+    timed at each batch size, so that nothing it asks is missing). `starts`: the fast search's
+    climb starts (default: today's, `FastSearchOptions().starts`)."""
     problem = problem_of(recorded.key)
     limits = DeviceLimits.h200()
     order = sorted(batch_sizes or {m for m, _ in recorded.rows})
@@ -452,6 +462,8 @@ def replay_search(
     measurer = StoreMeasurer(context, backend, MemoryStore())  # type: ignore[arg-type]
     if seeds is None:
         options = replace(FastSearchOptions(), pipelined=pipelined)
+        if starts is not None:
+            options = replace(options, starts=starts)
         found = fast_search(order, spaces.__getitem__, measurer, problem, limits, options)
     else:
         options = replace(TRANSFER_OPTIONS, pipelined=pipelined)
@@ -486,7 +498,11 @@ def replay_store(
     switch_s: float = SWITCH_S,
     tokens_switch_s: float = TOKENS_SWITCH_S,
     pruning: str = "fast",
+    starts: int | None = None,
 ) -> list[dict[str, Any]]:
+    """Replay every plan of the store at `path` (module docstring). A fast search is also
+    replayed pipelined from `THOROUGH_OPTIONS.starts` climb starts (``--search thorough``),
+    and each schedule's picks are compared with that one's too (`picks[...]["vs_thorough"]`)."""
     rows = read_rows(path)
     whole = [r for r in rows if r.kind == "whole"]
     keys = list(dict.fromkeys(r.problem_key for r in sorted(whole, key=lambda r: r.timestamp)))
@@ -512,27 +528,34 @@ def replay_store(
         batch_sizes = complete_batch_sizes(recorded[key])
         # A transfer's seeds map to their nearest member of the space: confined, another one.
         schedules = (SEQUENTIAL, PIPELINED) if seeds else (SEQUENTIAL, PIPELINED, CONFINED)
+        if not seeds:
+            schedules += (THOROUGH,)
+
         runs = {
             schedule: replay_search(
                 recorded[key],
-                schedule,
+                PIPELINED if schedule == THOROUGH else schedule,
                 seeds=seeds,
                 batch_sizes=batch_sizes,
                 workers=workers,
                 switch_s=switch_s,
                 tokens_switch_s=tokens_switch_s,
                 pruning=pruning,
+                starts=THOROUGH_OPTIONS.starts if schedule == THOROUGH else starts,
             )
             for schedule in schedules
         }
         picks = []
         for m in batch_sizes:
             old_us = full_us(recorded[key], m, runs[SEQUENTIAL].picks[m])
+            thorough_us = full_us(recorded[key], m, runs[THOROUGH].picks[m]) if not seeds else None
             pick: dict[str, Any] = {"batch_size": m, "old_us": old_us}
             for name in schedules[1:]:
                 new_us = full_us(recorded[key], m, runs[name].picks[m])
                 delta = None if old_us is None or new_us is None else new_us / old_us - 1
                 pick[name] = {"us": new_us, "delta": delta}
+                if thorough_us is not None and new_us is not None:
+                    pick[name]["vs_thorough"] = new_us / thorough_us - 1
             picks.append(pick)
         reports.append(
             {
@@ -588,6 +611,16 @@ def _format(report: dict[str, Any]) -> list[str]:
                     f"    M={p['batch_size']}: {p['old_us'] or float('nan'):.2f} -> "
                     f"{p[name]['us'] or float('nan'):.2f} us ({shown})"
                 )
+    if THOROUGH in report["runs"]:  # today's fast search against --search thorough's starts
+        ratios = [p[PIPELINED].get("vs_thorough") for p in report["picks"]]
+        known = [r for r in ratios if r is not None]
+        worst = max(known, default=0.0)
+        lines.append(
+            f"  picks, {PIPELINED} against three starts: {sum(1 for r in known if r == 0)} of "
+            f"{len(ratios)} the same, worst {worst:+.2%}, {sum(1 for r in known if r > 0.01)} "
+            f"over +1 %"
+            + (f", {len(ratios) - len(known)} not comparable" if None in ratios else "")
+        )
     return lines
 
 
@@ -598,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--switch-s", type=float, default=SWITCH_S)
     parser.add_argument("--tokens-switch-s", type=float, default=TOKENS_SWITCH_S)
     parser.add_argument("--pruning", choices=sorted(PRUNINGS), default="fast")
+    parser.add_argument(
+        "--starts", type=int, default=None, help="climb starts (default: today's fast search)"
+    )
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args(argv)
     reports = []
@@ -608,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
             switch_s=args.switch_s,
             tokens_switch_s=args.tokens_switch_s,
             pruning=args.pruning,
+            starts=args.starts,
         )
         reports += found
         print(f"# {path}")

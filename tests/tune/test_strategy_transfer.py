@@ -22,6 +22,7 @@ from moetune.tune.search.space import (
     values_by_param,
 )
 from moetune.tune.search.strategy import (
+    THOROUGH_OPTIONS,
     TRANSFER_OPTIONS,
     fast_search,
     transfer_search,
@@ -227,8 +228,9 @@ def test_transfer_replayed_on_the_recorded_vllm_and_sglang_tunes():
 
     The replay's space at each batch size is what SGLang's recorded tune timed
     there (so every timing can be answered), which is where its own fast search
-    went: fast search replayed on it finds the recorded winner, and the transfer
-    must land within 1 % of it at every batch size with a third of the timings.
+    went: fast search replayed on it as it ran then (three climb starts, today's
+    ``--search thorough``) finds the recorded winner, and the transfer must land
+    within 1 % of it at every batch size with a third of the timings.
     """
     vllm, sglang = recorded(VLLM_STORE), recorded(SGLANG_STORE)
     batch_sizes = sorted({m for m, _ in sglang})
@@ -239,7 +241,9 @@ def test_transfer_replayed_on_the_recorded_vllm_and_sglang_tunes():
         for m in batch_sizes
     }
     fast, transfer = Replay(sglang), Replay(sglang)
-    found_fast = fast_search(batch_sizes, spaces.__getitem__, fast, QWEN3_30B, H200)
+    found_fast = fast_search(
+        batch_sizes, spaces.__getitem__, fast, QWEN3_30B, H200, THOROUGH_OPTIONS
+    )
     found = transfer_search(batch_sizes, spaces.__getitem__, transfer, QWEN3_30B, H200, seeds)
     for m in batch_sizes:
         ours = transfer.latency(m, found[m].best.candidate)

@@ -182,7 +182,7 @@ def _thorough(
     search: Callable[..., Any] | None,
 ) -> dict[int, SearchedPair]:
     """Steps 1-3 of the thorough search (module docstring)."""
-    from moetune.tune.search.strategy import exhaustive_search, fast_search
+    from moetune.tune.search.strategy import exhaustive_search, fast_search, search_options
 
     request, problem = plan.request, plan.problem
     batch_sizes = list(request.batch_sizes)
@@ -203,7 +203,14 @@ def _thorough(
             if request.search == "exhaustive":
                 exhaustive_search(batch_sizes, space_for, adapter)
             else:
-                (search or fast_search)(batch_sizes, space_for, adapter, problem, plan.limits)
+                (search or fast_search)(
+                    batch_sizes,
+                    space_for,
+                    adapter,
+                    problem,
+                    plan.limits,
+                    search_options(request.search),
+                )
         except TuneError as exc:
             notes.append(f"{kind} GEMM{' with TMA' if tma else ''} search gave up: {exc}")
         adapters[(kind, tma)] = adapter

@@ -34,7 +34,8 @@ searches are therefore written as jobs (`Job`: generators of the `Ask`s they
 need answered) and run together (`run_jobs`): fast search hands its leaders
 from one batch size to the next after the first climb round and runs the
 large batch sizes as a second chain (`chain_heads`), and transfer search
-hands them on after its seed round, so the asks of many batch sizes are in
+hands them on after its seed round and asks every batch size's seeds at
+once, so the asks of many batch sizes are in
 flight at once and a streaming measurer keeps every worker busy. What a job
 hands on is taken at a fixed point of its own work, so the results depend on
 the timings alone, never on the order they come back in
@@ -91,7 +92,7 @@ class FastSearchOptions:
     initial: int = 16  # model-ranked candidates timed first (at least) ...
     initial_fraction: float = 0.01  # ... or this fraction of the space, if larger
     seeds_per_neighbour: int = 4  # best configs of the nearest solved batch size re-timed here
-    starts: int = 3  # the climb explores around this many best-so-far candidates
+    starts: int = 2  # the climb explores around this many best-so-far candidates
     max_climb_rounds: int = 10
     finalists: int = 10  # best quick results re-timed at full fidelity (at least) ...
     finalist_margin: float = 0.08  # ... and any within this fraction of the best quick one ...
@@ -109,6 +110,14 @@ class FastSearchOptions:
         if not 0.0 <= self.initial_fraction <= 1.0:
             raise TuneError("fast search option initial_fraction must be within [0, 1]")
 
+
+# ``--search thorough``: the climb from three best-so-far candidates, as fast search did
+# before 2026-12-04; the default climbs from two. Replayed on 16 recorded H200 stores (277
+# batch sizes, bench/replay_wall.py), two starts pick the same config at 269, +0.04 % on
+# average, over 1 % at 5 (worst +3.7 %, at M = 1), for 15-25 % less compile CPU; on the H200
+# the Qwen3-235B TP8 vLLM file was the same at 17 of 18 batch sizes, the other 0.5 % faster
+# (bench/results/2026-12-04-default-tunes). Thorough keeps three so the loss can be measured.
+THOROUGH_OPTIONS = FastSearchOptions(starts=3)
 
 # A transfer starts next to the best: it climbs from the best one only and re-times fewer
 # finalists (the seeds are re-timed too). About a third of fast search's timings, within
@@ -353,6 +362,11 @@ def nearest_in_space(candidate: Candidate, space: Sequence[Candidate]) -> Candid
     return min(space, key=lambda c: (_log_distance(candidate, c), c))
 
 
+def search_options(search: str) -> FastSearchOptions:
+    """The whole-call search knobs of ``--search fast`` or ``thorough``."""
+    return THOROUGH_OPTIONS if search == "thorough" else FastSearchOptions()
+
+
 def fast_search(
     batch_sizes: Iterable[int],
     space_for: SpaceFor,
@@ -523,8 +537,13 @@ def transfer_search(
     re-times the finalists and every seed that ran at full fidelity. A batch
     size without seeds, or whose seeds all fail here, starts as `fast_search`
     does. Small spaces are timed whole. A batch size starts once the one
-    below has timed its seeds, so their climbs overlap. `on_result` is called
-    as each batch size is done.
+    below has timed its seeds, so their climbs overlap; pipelined, every
+    batch size's seeds are also asked at once, behind every other ask (they
+    are known before any timing), so the chain finds them compiled and timed
+    instead of waiting on a compile round per batch size (replayed on the
+    recorded H200 default tunes: DeepSeek-V3 TP8 49 -> 38 s, Qwen3-235B TP8
+    29 -> 22 s, the same picks). `on_result` is called as each batch size is
+    done.
     """
     opts = options or TRANSFER_OPTIONS
     order = sorted(set(batch_sizes))
@@ -564,7 +583,19 @@ def transfer_search(
         if i + 1 < len(order):
             yield Start(job(i + 1, _leaders(timings, opts.seeds_per_neighbour)))
 
-    run_jobs([job(0, [])], measurer)
+    def prefetch(i: int) -> Job:
+        """Ask for batch size i's transfer seeds, which its seed round asks for too, behind
+        every other ask (`Ask.prefetch`): known before any timing, so compiled at once."""
+        m = order[i]
+        seeds = list(dict.fromkeys(seeds_by_batch.get(m, ())))[: opts.transfer_seeds]
+        mapped = dict.fromkeys(nearest_in_space(s, spaces[m]) for s in seeds)
+        if mapped and len(spaces[m]) > opts.exhaustive_below:
+            yield Ask(m, tuple(mapped), "quick", len(order) + i, prefetch=True)
+
+    jobs = [job(0, [])]
+    if opts.pipelined:
+        jobs += [prefetch(i) for i in range(1, len(order))]
+    run_jobs(jobs, measurer)
     missing = [m for m in order if m not in results]
     if missing:  # every candidate failed there: say so, once nothing else is measured
         _result(every[missing[0]], len(spaces[missing[0]]))
