@@ -178,6 +178,29 @@ def test_the_pipelined_search_times_nothing_the_sequential_one_does_not(tmp_path
     assert len(set(keys[True])) == len(keys[True])  # each measured once
 
 
+def test_each_round_asks_every_variant_at_once():
+    """The seeds of up, down and down-with-TMA go out as one ask, and so does each climb
+    round's steps: a round waits for one answer, not one per variant. Only TMA's very first
+    timing goes alone (a device without TMA says so once)."""
+    asks = []
+
+    def measure(batch_size, probes, fidelity):
+        asks.append((batch_size, {(p.kind, p.use_tma) for p in probes}))
+        return GPU.measure(batch_size, probes, fidelity)
+
+    found, _ = search(measure, SEQUENTIAL)
+    first = [variants for m, variants in asks if m == BATCH_SIZES[0]]
+    assert first[:2] == [{("down", True)}, set(VARIANTS)]  # TMA's first alone, then the rest
+    later = [variants for m, variants in asks if m != BATCH_SIZES[0]]
+    assert later[0] == set(VARIANTS)  # the next batch size's seeds: every variant together
+    climbed = [m for m, f in found.items() if f.stopped is None]
+    assert climbed  # some batch sizes climb, and each of their rounds is one ask:
+    for m in climbed:
+        assert sum(1 for at, _ in asks if at == m) <= 1 + PIPELINED.max_climb_rounds + (
+            m == BATCH_SIZES[0]
+        )
+
+
 def test_a_killed_pipelined_split_search_resumes_from_the_store_with_the_same_results(tmp_path):
     expected, _ = search(GPU.measure, PIPELINED)
     killed, _ = streamed(GPU, tmp_path / "m.jsonl", seed=5, stop_after=150)

@@ -332,35 +332,45 @@ class SeededSplitSearch:
     def _live(self) -> list[Variant]:
         return [v for v in self.variants if v not in self.dropped]
 
-    def _time(self, m: int, timings: _Timings, variant: Variant, wanted: list[Candidate]) -> Job:
-        """Time the untimed of `wanted` as `variant` alone (full fidelity).
+    def _time(self, m: int, timings: _Timings, wanted: Mapping[Variant, list[Candidate]]) -> Job:
+        """Time the untimed of `wanted[variant]` as that variant alone (full fidelity), every
+        variant in one ask: they are independent, so asking them together changes no question
+        and waits for one answer, not one per variant.
 
         A TMA variant's first timing runs alone: a device without TMA answers
         ``unsupported`` once, and the variant is dropped for every batch size.
         """
-        if variant in self.dropped:
-            return
-        kind, tma = variant
-        rows = timings.by_variant.setdefault(variant, {})
-        todo = [c for c in dict.fromkeys(wanted) if c not in rows]
-        if tma:
-            todo = [c for c in todo if tma_rule_out(self.problem, kind, c) is None]
-        batches = [todo]
-        if tma and variant not in self.supported and todo:
-            batches = [todo[:1], todo[1:]]
-        for batch in batches:
-            if not batch or variant in self.dropped:
+        first: dict[Probe, tuple[Variant, Candidate]] = {}
+        rest: dict[Probe, tuple[Variant, Candidate]] = {}
+        for variant, candidates in wanted.items():
+            if variant in self.dropped:
                 continue
-            probes = {Probe(kind, c, tma): c for c in batch}
-            got = (yield Ask(m, tuple(probes), "full", CHAIN_PRIORITY)) or {}
-            timings.asked += len(probes)
-            for probe, candidate in probes.items():
+            kind, tma = variant
+            rows = timings.by_variant.setdefault(variant, {})
+            todo = [c for c in dict.fromkeys(candidates) if c not in rows]
+            if tma:
+                todo = [c for c in todo if tma_rule_out(self.problem, kind, c) is None]
+            if tma and variant not in self.supported and todo:
+                first[Probe(kind, todo[0], tma)] = (variant, todo[0])
+                todo = todo[1:]
+            rest.update((Probe(kind, c, tma), (variant, c)) for c in todo)
+        for batch in (first, rest):
+            batch = {p: vc for p, vc in batch.items() if vc[0] not in self.dropped}
+            if not batch:
+                continue
+            got = (yield Ask(m, tuple(batch), "full", CHAIN_PRIORITY)) or {}
+            timings.asked += len(batch)
+            for probe, (variant, candidate) in batch.items():
+                if variant in self.dropped:
+                    continue
                 row = got.get(probe)
-                if row is not None and row.status == "unsupported" and tma:
+                if row is not None and row.status == "unsupported" and variant[1]:
                     self._drop(variant, row.error or "unsupported on this device")
                     timings.by_variant.pop(variant, None)
-                    break
-                rows[candidate] = row.latency_us if row is not None and row.ok else None
+                    continue
+                timings.by_variant[variant][candidate] = (
+                    row.latency_us if row is not None and row.ok else None
+                )
                 self.supported.add(variant)
 
     def _seeds(
@@ -397,9 +407,11 @@ class SeededSplitSearch:
         opts = self.options
         timings = _Timings()
         ranking = _seed_ranking(space, single, ranking)
-        for variant in self._live():
-            seeds = self._seeds(m, space, ranking, previous, variant[0])
-            yield from self._time(m, timings, variant, [single, *seeds])
+        seeds = {
+            variant: [single, *self._seeds(m, space, ranking, previous, variant[0])]
+            for variant in self._live()
+        }
+        yield from self._time(m, timings, seeds)
         if after_seeds is not None:
             yield Start(after_seeds)
         up_ref = timings.by_variant.get(("up", False), {}).get(single)
@@ -437,14 +449,14 @@ class SeededSplitSearch:
             if choice is None:
                 return
             asked = timings.asked
+            steps = {}
             for variant in self._live():
                 at_block_m = [
                     c for c, _ in timings.best(variant) if c.BLOCK_SIZE_M == choice.block_m
                 ]
                 if at_block_m:
-                    yield from self._time(
-                        m, timings, variant, step_neighbours(at_block_m[0], values, members)
-                    )
+                    steps[variant] = step_neighbours(at_block_m[0], values, members)
+            yield from self._time(m, timings, steps)
             after = timings.choice()
             if timings.asked == asked or after is None or after.estimate_us >= choice.estimate_us:
                 return
