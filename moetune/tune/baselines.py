@@ -168,6 +168,20 @@ def engine_baselines(
     return baselines
 
 
+def prefetch_baselines(
+    measurer: Any, baselines: Sequence[Baseline], batch_sizes: Sequence[int]
+) -> None:
+    """Have `measurer` time the baselines alongside the search that runs next, behind its own
+    work (`StoreMeasurer.alongside`), so `time_baselines` finds them in the store."""
+    alongside = getattr(measurer, "alongside", None)
+    if alongside is None:
+        return
+    for m in batch_sizes:
+        configs = [c for c in (b.configs.get(m) for b in baselines) if c is not None]
+        if configs:
+            alongside(m, list(dict.fromkeys(configs)), "full")
+
+
 def time_baselines(
     measurer: Any, baselines: Sequence[Baseline], batch_sizes: Sequence[int], notes: list[str]
 ) -> dict[int, dict[str, float | None]]:

@@ -169,3 +169,23 @@ def test_a_kernel_compiled_at_one_batch_size_is_compiled_after_it_at_another(tmp
     for held in backend.held:
         assert not {("warm", 16, (GOOD,)), ("warm", 32, (GOOD,))} <= held
     assert measurer.warm_count == 3 and measurer.timed == 3
+
+
+def test_work_asked_alongside_runs_with_the_next_stream_behind_its_asks(tmp_path):
+    """The engine baselines, known before the search, are measured with it (in its idle
+    time, after every one of its asks), and never reach the search's own answers."""
+    measurer, backend = stream(tmp_path, compile_workers=1)
+    measurer.alongside(32, [GOOD], "full")
+    answered = []
+    measurer.measure_stream(
+        [Ask(16, [GOOD, OTHER], priority=5)], lambda ask, got: answered.append(ask) or []
+    )
+    assert [ask.batch_size for ask in answered] == [16]  # only the search's ask is answered
+    warmed = [(m, c) for mode, m, c in backend.log if mode == "warm"]
+    assert warmed[-1] == (32, GOOD)  # behind the search's own work, even its priority 5
+    assert ("full", 32, GOOD) in backend.log
+    backend.log.clear()
+    got = measurer.measure(32, [GOOD], "full")  # later: from the store
+    assert got[GOOD].ok and backend.log == []
+    measurer.measure_stream([Ask(16, [OTHER], "full")], lambda ask, got: [])
+    assert ("full", 32, GOOD) not in backend.log  # once only: not again with a later stream

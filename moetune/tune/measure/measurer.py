@@ -36,6 +36,8 @@ from moetune.tune.measure.worker import FollowUp, WorkUnit
 from moetune.tune.store import Measurement, ResultStore
 
 DEFAULT_CHUNK = 16
+# The priority of `StoreMeasurer.alongside` asks: after every search ask (lower goes first).
+ALONGSIDE_PRIORITY = 1 << 30
 # Failures a warmer's compile pass settles for good (deterministic). Anything else a
 # warmer hits (a crash, a hang, an error outside the compiler) is left to the timer.
 FINAL_WARM_FAILURES = ("compile_error", "out_of_resources")
@@ -97,6 +99,8 @@ class StoreMeasurer:
         self.warm_count = 0
         self.warm_compile_s = 0.0
         self.warm_wall_s = 0.0
+        # Asks measured alongside the next `measure_stream`, behind every other (`alongside`).
+        self._alongside: list[_Ask] = []
 
     def _key(self, batch_size: int, candidate: Any, fidelity: str) -> tuple:
         return (batch_size, candidate, fidelity)
@@ -138,6 +142,13 @@ class StoreMeasurer:
         self.measure_stream([ask], answered)
         return answers
 
+    def alongside(self, batch_size: int, candidates: Sequence[Any], fidelity: str) -> None:
+        """Measure these with the next `measure_stream` (a search), behind all of its own
+        asks: known work (the engine baselines) that fills the workers' idle time, chiefly
+        the search's tail, instead of a stage of its own after it. Asked again later, it is
+        answered from the store."""
+        self._alongside.append(_Ask(batch_size, tuple(candidates), fidelity, ALONGSIDE_PRIORITY))
+
     def measure_stream(
         self, asks: list[Any], answered: Callable[[Any, dict[Any, Measurement]], list[Any]]
     ) -> None:
@@ -150,8 +161,14 @@ class StoreMeasurer:
         candidate asked twice at once (same batch size and fidelity) is measured
         once, and compiled once.
         """
-        run = _StreamRun(self, answered)
-        run.submit(asks)
+        extra, self._alongside = self._alongside, []
+        ours = {id(ask) for ask in extra}
+
+        def answer(ask: Any, results: dict[Any, Measurement]) -> list[Any]:
+            return [] if id(ask) in ours else answered(ask, results)
+
+        run = _StreamRun(self, answer)
+        run.submit([*asks, *extra])
         started = time.perf_counter()
         warmed_before = self.warm_count
         while run.busy:
