@@ -162,13 +162,7 @@ def tune(
     from moetune.tune.output import check_space
     from moetune.tune.results_dir import default_save_dir
     from moetune.tune.search.space import default_space, load_space
-    from moetune.tune.sweep import (
-        plan_sweep,
-        run_sweep,
-        sweep_json,
-        sweep_lines,
-        sweep_summary_json,
-    )
+    from moetune.tune.sweep import plan_sweep, sweep_json, sweep_lines, sweep_summary_json
 
     # --json: stdout holds only the JSON (the plan's notes included), stderr only progress.
     out = Console(quiet=json_, highlight=False)
@@ -189,6 +183,15 @@ def tune(
     targets = _install_targets(install, install_dir, engines, machine.triton_version)
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
+    workers = None
+    if not dry_run and backend == "local":
+        from moetune.tune.measure.worker import WorkerPool
+
+        # Started now, the worker processes load torch, Triton and CUDA while the plan is
+        # made; closed however the command ends (click closes its context).
+        workers = WorkerPool(list(devices), compile_workers=compile_workers, timeout_s=timeout_s)
+        click.get_current_context().call_on_close(workers.close)
+        workers.start()
     sweep = plan_sweep(
         str(model["model"]),
         layouts,
@@ -233,14 +236,10 @@ def tune(
             click.echo(json.dumps({**sweep_json(sweep), "notes": notes}, indent=2))
         return
 
-    def run_one(index, plan, backend):  # noqa: ANN001, ANN202
-        label = f"{sweep.plan_tag(index)} " if sweep.is_sweep else ""
-        return _run_with_progress(plan, err, label, backend)
-
     from moetune.tune.dir_lock import save_dir_lock
 
     with save_dir_lock(sweep.plans[0].request.save_dir):  # one run at a time per folder
-        result = run_sweep(sweep, run_one)
+        result = _run_with_progress(sweep, err, workers)
     if not json_:
         for group, summary in zip(sweep.groups, result.summaries, strict=False):
             _print_summary(summary, out)
@@ -370,40 +369,50 @@ def _routing_adapter(routing: str):  # noqa: ANN202
     return lambda problem: with_routing(problem, routing)
 
 
-def _run_with_progress(plan, console, label="", backend=None):  # noqa: ANN001, ANN202 - rich types stay lazy
+def _run_with_progress(sweep, console, backend=None):  # noqa: ANN001, ANN202 - rich stays lazy
+    """Run every plan of `sweep` under one progress bar (one total, one ETA), on `backend`
+    (None: the plans' own, `moetune.tune.runner.make_backend`)."""
     from moetune.commands.progress import counts_text, tune_progress
     from moetune.tune.runner import run_tune
-    from moetune.tune.sweep import estimate
-    from moetune.tune.work_meter import WorkMeter
+    from moetune.tune.sweep import run_sweep
+    from moetune.tune.work_meter import SweepMeter
 
-    meter = WorkMeter(estimate(plan))  # the bar counts the estimate's seconds, every stage
+    meters = SweepMeter(sweep.estimates())  # the estimate's seconds, every stage of every plan
     with tune_progress(console) as progress:
-        task = progress.add_task(f"{label}tuning", total=meter.total, status="")
+        task = progress.add_task("tuning", total=meters.total, status="")
         counts = {"measured": 0, "stored": 0, "failed": 0}
+        label = [""]
 
         def show(description):  # noqa: ANN001, ANN202
             progress.update(
                 task,
-                total=meter.total,
-                completed=meter.done,
-                description=f"{label}{description}",
+                total=meters.total,
+                completed=meters.done,
+                description=f"{label[0]}{description}",
                 status=counts_text(counts["measured"], counts["stored"], counts["failed"]),
             )
 
-        def on_stage(name):  # noqa: ANN001, ANN202
-            meter.stage(name)
-            show(f"tuning: {name}")
+        def run_one(index, plan, backend):  # noqa: ANN001, ANN202
+            meter = meters.start(index)
+            label[0] = f"{sweep.plan_tag(index)} " if len(sweep.plans) > 1 else ""
 
-        def on_measurement(m, reused):  # noqa: ANN001, ANN202
-            counts["stored" if reused else "measured"] += 1
-            counts["failed"] += m.status != "ok"
-            meter.measured(m.kind, m.batch_size)
-            show(f"tuning: {meter.current} M={m.batch_size}")
+            def on_stage(name):  # noqa: ANN001, ANN202
+                meter.stage(name)
+                show(f"tuning: {name}")
 
-        summary = run_tune(plan, progress=on_measurement, backend=backend, stage=on_stage)
-        meter.finish()
+            def on_measurement(m, reused):  # noqa: ANN001, ANN202
+                counts["stored" if reused else "measured"] += 1
+                counts["failed"] += m.status != "ok"
+                meter.measured(m.kind, m.batch_size)
+                show(f"tuning: {meter.current} M={m.batch_size}")
+
+            return run_tune(plan, progress=on_measurement, backend=backend, stage=on_stage)
+
+        result = run_sweep(sweep, run_one, backend)
+        meters.finish()
+        label[0] = ""
         show("tuned")
-    return summary
+    return result
 
 
 def _print_summary(summary, console) -> None:  # noqa: ANN001

@@ -3,8 +3,9 @@
 plan      shape, batch sizes, candidates left after each pruning rule, the
           files it will write (pure; `--dry-run` stops after printing it)
 search    exhaustive or fast search over a `StoreMeasurer` (resumable),
-          with a progress bar on stderr (``--search thorough`` searches the
-          whole call as fast does; it differs in the split search); a plan
+          with a progress bar on stderr (``--search thorough``: the whole
+          call as fast search did before it climbed from two starts, and
+          the split search per GEMM as widely as the whole call); a plan
           seeded from another kernel's plan of the same problem (`seeded_from`)
           runs a transfer search from that plan's stored results instead
 baseline  the engines' own configs at every batch size, same harness ("full"):
@@ -131,6 +132,8 @@ class TuneSummary:
     compile: dict[str, float] = field(default_factory=dict)
     split: list[Any] = field(default_factory=list)  # a search.split.SplitResult per batch size
     baselines: list[Any] = field(default_factory=list)  # moetune.tune.baselines.Baseline
+    # (stage, when it began as a Unix time, seconds until the next one or the end), in order.
+    stages: list[tuple[str, float, float]] = field(default_factory=list)
 
     def geomean_speedup(self, key: str) -> float | None:
         from moetune.tune.baselines import geomean_speedup
@@ -399,13 +402,25 @@ def run_tune(
     `progress` is called with every measurement (and whether the store had it),
     `stage` with each name of `STAGES` as that stage begins.
     """
-    enter = stage or (lambda name: None)
-    from moetune.tune.baselines import engine_baselines, time_baselines
+    # (stage, Unix time, perf_counter); "prepare": the baselines' files read, the store opened.
+    begun: list[tuple[str, float, float]] = [("prepare", time.time(), time.perf_counter())]
+
+    def enter(name: str) -> None:
+        begun.append((name, time.time(), time.perf_counter()))
+        if stage is not None:
+            stage(name)
+
+    from moetune.tune.baselines import engine_baselines, prefetch_baselines, time_baselines
     from moetune.tune.output import write_engine_files
-    from moetune.tune.search.strategy import exhaustive_search, fast_search, transfer_search
+    from moetune.tune.search.strategy import (
+        exhaustive_search,
+        fast_search,
+        search_options,
+        transfer_search,
+    )
 
     request, problem = plan.request, plan.problem
-    started = time.perf_counter()
+    started = begun[0][2]
     summary = TuneSummary(plan)
     summary.baselines = engine_baselines(
         problem,
@@ -429,6 +444,8 @@ def run_tune(
         def space_for(batch_size: int) -> list[Candidate]:
             return list(plan.pruning[batch_size].kept)
 
+        # The baselines are known now: timed alongside the search, in its idle time.
+        prefetch_baselines(measurer, summary.baselines, request.batch_sizes)
         enter("search")
         if request.search == "exhaustive":
             found = exhaustive_search(request.batch_sizes, space_for, measurer)
@@ -438,7 +455,14 @@ def run_tune(
                 request.batch_sizes, space_for, measurer, problem, plan.limits, seeds
             )
         else:
-            found = fast_search(request.batch_sizes, space_for, measurer, problem, plan.limits)
+            found = fast_search(
+                request.batch_sizes,
+                space_for,
+                measurer,
+                problem,
+                plan.limits,
+                search_options(request.search),
+            )
 
         enter("baselines")
         baseline_us = time_baselines(
@@ -528,7 +552,12 @@ def run_tune(
         "workers": backend.compile_workers,
     }
     summary.reused = measurer.reused
-    summary.wall_s = time.perf_counter() - started
+    ended = time.perf_counter()
+    summary.wall_s = ended - started
+    ends = [at for _, _, at in begun[1:]] + [ended]
+    summary.stages = [
+        (name, when, end - at) for (name, when, at), end in zip(begun, ends, strict=True)
+    ]
     _record_summary(summary)
     return summary
 
@@ -582,6 +611,10 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
                 "rel_rms": row.rel_rms,
             }
             for row in summary.rows
+        ],
+        "stages": [
+            {"stage": name, "started_at": round(when, 3), "seconds": round(seconds, 3)}
+            for name, when, seconds in summary.stages
         ],
         "split": [_split_json(result) for result in summary.split],
         "baselines": [b.to_dict() for b in summary.baselines],

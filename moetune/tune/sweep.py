@@ -16,48 +16,48 @@ turns Ctrl-C / SIGTERM into `moetune.errors.Interrupted`, whose one line says
 how many measurements are saved and where.
 
 Time estimate (`estimate`): every stage the run goes through, at rates measured
-on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes):
+on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes); on the default
+commands of bench/results/2026-12-04-default-tunes (cold Triton caches) it came
+within -1 % to +26 % of the wall time:
 
+- start-up, once a run (`STARTUP_S`): the command's imports and plan, the worker
+  processes loading torch, Triton and CUDA, the first compiles (the first timing came
+  11.6-13.9 s after the start);
 - whole-call search (fast, and a transfer): the searches of every batch size run
   side by side (`moetune.tune.search.strategy`), so the 14 compile processes and
   the GPU's timer work together and a search takes the longer of its compiling
   over the processes and its timings on the timer, times a tail factor for the
-  rounds that wait on a last slow compile. Fast search times about 12 % of the
-  pruned (candidate, M) pairs (11-13 % in the recorded H200 tunes: Qwen3-235B
-  TP4 2,364 of 18,352, bench/results/2026-12-02-default-tune-times/); a transfer
+  rounds that wait on a last slow compile. Fast search times about 10 % of the
+  pruned (candidate, M) pairs since it climbs from two starts (replayed on the
+  recorded stores: 1,800 of 19,072 on DeepSeek-V3 TP8, 1,889 of 17,984 on
+  Qwen3-235B TP8), ``--search thorough`` (three starts) about 12 %; a transfer
   (a second kernel's plan of the same problem, seeded from the first one's
-  results) about 40 timings per batch size whatever the space (replayed on the
-  recorded Qwen3-30B TP1 tunes on vLLM 0.33.0's and SGLang 0.5.23's kernels:
-  726 timings over 18 batch sizes; 37-46 per batch size on the two-kernel
-  synthetic GPU, tests/tune/test_strategy_transfer.py). Compiling costs CPU
-  seconds per whole-call timing by kernel dtype (`COMPILE_S_PER_TIMING`, the
-  median over the recorded H200 searches of each, bench/compile_rates.py: bf16
-  0.36 over 21 searches, fp8 block 0.56, fp8 per channel 0.71, int8 0.54; int8
-  w8a16, never recorded, runs in fused_moe_kernel and is priced as int8 w8a8);
-  the timer takes about 0.02 s a timing (the median gap between a search's
-  rows, 0.015-0.026 s). The tail factors are the replayed wall over that bound
-  (bench/replay_wall.py on the four recorded default tunes: fast search
-  1.16-1.2 for bf16, 1.4 for fp8 block, whose slowest compiles take 40 s;
-  transfers 1.5-1.6). Exhaustive search keeps its sequential rate, about 0.06 s
-  per timing (Qwen3-30B TP1: 136 s for 2,113 timings, bench/results/tune-h200.md);
+  results) about 40 timings per batch size whatever the space (39-55 in the
+  2026-12-04 H200 tunes). Compiling costs CPU seconds per whole-call timing by
+  kernel dtype (`COMPILE_S_PER_TIMING`, the median over the recorded H200 searches
+  of each, bench/compile_rates.py: bf16 0.36 over 21 searches, fp8 block 0.56, fp8
+  per channel 0.71, int8 0.54; int8 w8a16, never recorded, runs in fused_moe_kernel
+  and is priced as int8 w8a8); the timer takes about 0.02 s a timing (the median
+  gap between a search's rows, 0.015-0.026 s). The tail factors are the measured
+  search stages over that bound (2026-12-04, start-up taken out: bf16 0.9-1.2,
+  fp8 block 1.0; transfers, replayed, 1.1-1.5). Exhaustive search keeps its
+  sequential rate, about 0.06 s per timing (Qwen3-30B TP1: 136 s for 2,113
+  timings, bench/results/tune-h200.md);
 - baselines: each engine's fallback config and the file it loads today, one
-  whole-call timing per batch size each, at 0.06 s;
+  whole-call timing per batch size each, at 0.06 s (they are timed alongside the
+  search, so most of this is spent inside it);
 - split search (engines that read a down table, `moetune.tune.search.split_search`):
-  a lone-GEMM timing takes about 0.065 s and a whole call with split configs
-  (the pair confirmations) about 0.14 s (10,444 and 175 of them in the six
-  recorded H200 stores with split rows, bench/split_rates.py). ``--search fast``
-  times about 14 lone GEMMs per GEMM variant per batch size (its replay on the
-  recorded default-grid store, `bench/replay_split.py`). Its batch sizes run side by
-  side (`moetune.tune.search.split_fast.SeededSplitSearch`), which leaves it bound by the
-  timer, as these rates price it: on the three recorded Qwen3-235B TP8 stores the
-  replayed split stage takes 50-57 s (timer busy 48-52 s; one batch size after another
-  69-81 s, the recorded 71-81 s), against 54 s here (bench/replay_split_wall.py,
-  bench/results/2026-12-02-search-pipeline). ``--search thorough`` times each
-  variant about 0.8 times as often as the whole search timed whole calls (0.95
-  on the int8_w8a8 store, 0.62 on GLM-4.5-Air TP4: 4,217 lone rows for 2,279
-  whole ones over three variants); exhaustive times every pruned pair per variant;
-- fixed: about 10 s per shape (worker start-up, the check against the
-  reference, ceilings, files);
+  0.035 s per lone-GEMM timing and 0.043 s per whole call with split configs (the
+  pair confirmations), the rates of the three 2026-12-04 default tunes (2,555 and 108
+  of them, bench/split_rates.py), its waits included: the batch sizes run side by side
+  and each round asks every GEMM variant at once, so the stage is bound by the timer.
+  ``--search fast`` times about 16 lone GEMMs per GEMM variant per batch size (14.6-16.7
+  in those tunes). ``--search thorough`` times each variant about 0.8 times as often
+  as the whole search timed whole calls (0.95 on the int8_w8a8 store, 0.62 on
+  GLM-4.5-Air TP4: 4,217 lone rows for 2,279 whole ones over three variants);
+  exhaustive times every pruned pair per variant;
+- fixed, per plan (`SECONDS_PER_PLAN`): the check against the reference, ceilings,
+  files (0.6-3.2 s measured);
 - long calls: those rates hold while one call is shorter than a replay
   (`moetune.tune.measure.timing.TARGET_REPLAY_US`, 2 ms: the graph then holds several
   calls). A longer call (a large M on a large shape) is replayed alone, so a
@@ -105,8 +105,10 @@ from moetune.tune.signals import STOP_SIGNALS
 
 # See the module docstring for where these come from.
 SECONDS_PER_TIMED = 0.06  # one whole-call timing, one after another (baselines, exhaustive)
-SECONDS_PER_SHAPE = 10.0  # start-up, the check against the reference, ceilings, files
-FAST_SEARCH_SHARE = 0.12  # of the pruned pairs, timed by the whole-call fast search
+STARTUP_S = 15.0  # once a run: the command starts, its workers load torch, Triton and CUDA
+SECONDS_PER_PLAN = 4.0  # each plan: the check against the reference, ceilings, files
+FAST_SEARCH_SHARE = 0.10  # of the pruned pairs, timed by the whole-call fast search
+THOROUGH_SEARCH_SHARE = 0.12  # ... by ``--search thorough`` (the climb from three starts)
 # Whole-call searches run their batch sizes side by side: compile processes and the timer.
 H200_COMPILE_WORKERS = 14  # 16 cores, less the timer and the main process
 TIMER_S_PER_TIMING = 0.02  # the timer's seconds per whole-call timing
@@ -122,11 +124,11 @@ COMPILE_S_PER_TIMING = {
     "int8_w8a8": 0.54,
     "wna16": 0.83,
 }
-SEARCH_TAIL = {"fast": 1.2, "fp8_block": 1.4, "transfer": 1.5}  # wall over the bound
+SEARCH_TAIL = {"fast": 1.1, "fp8_block": 1.05, "transfer": 1.5}  # wall over the bound
 TRANSFER_PER_BATCH = 40  # whole-call timings per batch size of a transfer search
-SECONDS_PER_LONE = 0.065  # one lone-GEMM timing of the split search
-SECONDS_PER_PAIR = 0.14  # one whole call with split configs (pair or single, confirming)
-FAST_SPLIT_LONE = 14  # lone timings per GEMM variant and batch size, --search fast
+SECONDS_PER_LONE = 0.035  # one lone-GEMM timing of the split search, its waits included
+SECONDS_PER_PAIR = 0.043  # one whole call with split configs (pair or single, confirming)
+FAST_SPLIT_LONE = 16  # lone timings per GEMM variant and batch size, --search fast
 THOROUGH_SPLIT_SHARE = 0.8  # lone timings per GEMM variant / whole-search timings, thorough
 BASELINES_PER_ENGINE = 2  # its fallback config and the file it would load today
 CALL_OVER_FLOOR = 2.0  # a searched call's time over its roofline floor (module docstring)
@@ -250,8 +252,14 @@ def split_variant_count(plan: TunePlan) -> int:
     return sum(1 for kind, tma in found if not tma or tma_rule_out(plan.problem, kind) is None)
 
 
-def estimate(plan: TunePlan) -> Estimate:
-    """Expected wall time of one plan on an H200-class machine (module docstring)."""
+def search_share(search: str) -> float:
+    """The share of the pruned (candidate, batch size) pairs a whole-call search times."""
+    return {"exhaustive": 1.0, "thorough": THOROUGH_SEARCH_SHARE}.get(search, FAST_SEARCH_SHARE)
+
+
+def estimate(plan: TunePlan, *, first: bool = True) -> Estimate:
+    """Expected wall time of one plan on an H200-class machine (module docstring); `first`:
+    the run's first plan, which pays the start-up of the worker processes."""
     from moetune.tune.search.split import split_engines
 
     request = plan.request
@@ -259,13 +267,13 @@ def estimate(plan: TunePlan) -> Estimate:
     kept = {m: len(report.kept) for m, report in plan.pruning.items()}
     pairs = sum(kept.values())
     exhaustive = request.search == "exhaustive"
-    share = 1.0 if exhaustive else FAST_SEARCH_SHARE
+    share = search_share(request.search)
     timed_per_m = {m: share * count for m, count in kept.items()}
     if plan.seeded_from is not None:  # a transfer: about as many timings per batch size
         timed_per_m = {m: min(TRANSFER_PER_BATCH, count) for m, count in kept.items()}
         timed = sum(timed_per_m.values())
     else:
-        timed = pairs if exhaustive else math.ceil(pairs * FAST_SEARCH_SHARE)
+        timed = pairs if exhaustive else math.ceil(pairs * share)
     baselines = BASELINES_PER_ENGINE * len(request.engines) * batch_sizes
     split = bool(split_engines(request.engines))
     lone = confirms = 0
@@ -303,6 +311,7 @@ def estimate(plan: TunePlan) -> Estimate:
             tail = SEARCH_TAIL.get(compile_family(plan.problem), SEARCH_TAIL["fast"])
         search_s = search_seconds(plan.problem, timed_per_m, long, tail)
     stages = (
+        ("start-up", STARTUP_S if first else 0.0),
         ("search", search_s),
         (
             "baselines",
@@ -319,7 +328,7 @@ def estimate(plan: TunePlan) -> Estimate:
                 else 0.0
             ),
         ),
-        ("fixed", SECONDS_PER_SHAPE),
+        ("fixed", SECONDS_PER_PLAN),
     )
     seconds = sum(value for _, value in stages)
     rate = search_s / timed if timed else SECONDS_PER_TIMED
@@ -327,10 +336,11 @@ def estimate(plan: TunePlan) -> Estimate:
 
 
 STAGE_LABELS = {
+    "start-up": "start-up",
     "search": "search",
     "baselines": "baselines",
     "split": "split",
-    "fixed": "start-up/checks/files",
+    "fixed": "checks/files",
 }
 
 
@@ -362,7 +372,8 @@ class SweepPlan:
         return self.plans[0].store_path
 
     def estimates(self) -> list[Estimate]:
-        return [estimate(plan) for plan in self.plans]
+        """Each plan's estimate; the first pays the run's start-up (one worker pool serves all)."""
+        return [estimate(plan, first=index == 0) for index, plan in enumerate(self.plans)]
 
     def estimate_s(self) -> float:
         return sum(e.seconds for e in self.estimates())
@@ -532,6 +543,8 @@ def sweep_lines(sweep: SweepPlan, compare: Callable[[TunePlan], str] | None = No
             lines += ([""] if lines else []) + plan_lines(plan)
             lines.append(_estimate_line(est, est.seconds))
             lines += compare_lines(plan)
+        if len(sweep.plans) > 1:  # one per kernel: they run one after another
+            lines += ["", _estimate_line(None, sweep.estimate_s(), " in all")]
         return lines
     reason = {s.layout: s.reason for s in sweep.skipped}
     width = max(len(layout.label()) for layout in sweep.layouts)
@@ -581,7 +594,7 @@ def _layout_json(layout: Layout) -> dict[str, Any]:
 
 
 def _shape_extra(sweep: SweepPlan, index: int) -> dict[str, Any]:
-    est = estimate(sweep.plans[index])
+    est = sweep.estimates()[index]
     return {
         "layouts": sweep.groups[index].labels(),
         "estimate_s": round(est.seconds, 1),

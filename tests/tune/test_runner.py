@@ -117,9 +117,21 @@ def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path, monke
     for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
         monkeypatch.delenv(variable, raising=False)
     plan = make_plan(request(tmp_path, engines=("vllm",)), DeviceLimits.h200())
-    first = run_tune(plan)
-    # 3 candidates x 2 batch sizes, plus vLLM's fallback at each batch size.
+    current, arrived = [""], []
+    first = run_tune(
+        plan,
+        progress=lambda m, reused: arrived.append((current[0], reused)),
+        stage=lambda name: current.__setitem__(0, name),
+    )
+    # 3 candidates x 2 batch sizes, plus vLLM's fallback at each batch size ...
     assert first.measured == 8 and first.reused == 0
+    # ... the fallback timed alongside the search (known before it), not in a stage after it.
+    assert arrived == [("search", False)] * 8
+    assert [name for name, _, _ in first.stages] == [
+        "prepare", "search", "baselines", "verify", "files",
+    ]  # fmt: skip
+    assert all(seconds >= 0 for _, _, seconds in first.stages)
+    assert sum(seconds for _, _, seconds in first.stages) == pytest.approx(first.wall_s)
     assert [b.key for b in first.baselines] == ["vllm_fallback"]
     assert [row.batch_size for row in first.rows] == [2, 4]
     for row in first.rows:

@@ -18,8 +18,10 @@ from moetune.tune.sweep import (
     SEARCH_TAIL,
     SECONDS_PER_LONE,
     SECONDS_PER_PAIR,
-    SECONDS_PER_SHAPE,
+    SECONDS_PER_PLAN,
     SECONDS_PER_TIMED,
+    STARTUP_S,
+    THOROUGH_SEARCH_SHARE,
     THOROUGH_SPLIT_SHARE,
     TIMER_S_PER_TIMING,
     estimate,
@@ -158,7 +160,8 @@ def test_estimate_counts_every_stage_at_the_h200_rates(tmp_path):
             "search": SEARCH_TAIL["fast"] * compiling,
             "baselines": SECONDS_PER_TIMED * 2 * 18,  # vLLM's fallback and its file, per M
             "split": 0.0,
-            "fixed": SECONDS_PER_SHAPE,
+            "start-up": STARTUP_S,  # the run's first plan starts the worker processes
+            "fixed": SECONDS_PER_PLAN,
         },
         rel=1e-3,  # the timings per batch size are fractions; `timed` rounds their sum up
     )
@@ -187,8 +190,10 @@ def test_the_estimate_includes_the_split_search_at_its_measured_rates(tmp_path):
     # The same whole search, over the space without the fast search's measured rule.
     spills = sum(r.removed["accumulator_spills"] for r in fast_plan.pruning.values())
     assert spills > 0 and slow.pairs == fast.pairs + spills
+    # ... climbing from three starts: THOROUGH_SEARCH_SHARE of the pairs, not FAST_SEARCH_SHARE.
+    share = THOROUGH_SEARCH_SHARE / FAST_SEARCH_SHARE
     assert slow.stage_seconds("search") == pytest.approx(
-        fast.stage_seconds("search") * slow.pairs / fast.pairs, rel=0.01
+        fast.stage_seconds("search") * share * slow.pairs / fast.pairs, rel=0.01
     )
     # int8_w8a8: SGLang runs no TMA, so two variants are searched.
     int8 = expand_layouts([1], dtypes=["int8_w8a8"])
@@ -197,27 +202,37 @@ def test_the_estimate_includes_the_split_search_at_its_measured_rates(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("model", "tp", "search", "wall_s"),
+    ("model", "tp", "engine", "wall_s"),
     [
-        # H200 walls, fresh folders, 18 batch sizes, both engines, the old split search
-        # (shared/notes/h200-2026-12-02.md, issue 17).
-        ("zai-org/GLM-4.5-Air", 4, "thorough", 390),
-        ("Qwen/Qwen3-235B-A22B", 8, "thorough", 540),
+        # H200 walls of the default command (fresh folders, cold Triton caches, 18 batch sizes,
+        # each engine's file on its own kernel), bench/results/2026-12-04-default-tunes.
+        ("Qwen/Qwen3-235B-A22B", 8, "both", 108.7),
+        ("zai-org/GLM-4.5-Air", 4, "both", 128.8),
+        ("deepseek-ai/DeepSeek-V3", 8, "both", 183.8),
+        ("Qwen/Qwen3-235B-A22B", 4, "vllm", 81.2),
     ],
 )
 def test_the_estimate_lands_within_30_percent_of_recorded_walls(
-    tmp_path, model, tp, search, wall_s
+    tmp_path, model, tp, engine, wall_s
 ):
-    layouts = expand_layouts([tp], dtypes=["bf16"])
-    plan = sweep(
+    from moetune.engines.formats import engines_named
+    from moetune.engines.launch import KernelRef
+
+    engines = engines_named(engine)
+    # The run's plans: vLLM's kernel, then SGLang's (a transfer search and the split).
+    kernels = {e: KernelRef(e, "0", "0", "installed", "0" * 12) for e in engines}
+    found = sweep(
         model,
-        layouts,
+        expand_layouts([tp]),
         tmp_path,
         space=default_space(),
         batch_sizes=tuple(DEFAULT_BATCH_SIZES),
-        search=search,
-    ).plans[0]
-    assert abs(estimate(plan).seconds / wall_s - 1) <= 0.3
+        engines=engines,
+        kernels=kernels,
+        is_sweep=False,
+    )
+    assert len(found.plans) == len(engines)
+    assert abs(found.estimate_s() / wall_s - 1) <= 0.3
 
 
 def test_a_batch_size_whose_call_outlasts_the_rate_is_estimated_at_its_calls(tmp_path):
@@ -251,8 +266,8 @@ def test_the_plan_line_names_every_stage(tmp_path):
     layouts = expand_layouts([1], dtypes=["bf16"])
     lines = sweep_lines(sweep(TINY, layouts, tmp_path, is_sweep=False))
     (line,) = [line for line in lines if line.startswith("Estimate:")]
-    assert " = search <1 s + baselines <1 s + split " in line
-    assert "+ start-up/checks/files 10 s (an estimate from the H200 rates" in line
+    assert " = start-up 15 s + search <1 s + baselines <1 s + split " in line
+    assert "+ checks/files 4 s (an estimate from the H200 rates" in line
 
 
 @pytest.mark.parametrize(

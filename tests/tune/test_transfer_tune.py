@@ -157,15 +157,17 @@ def test_the_plan_says_the_second_search_is_seeded_and_prices_it_so(tmp_path):
     assert lines[search + 1] == SEEDED_LINE
     assert SEEDED_LINE in sweep_lines(sweep)
 
-    full, transfer = estimate(first), estimate(second)
+    full, transfer = sweep.estimates()  # one run: the first plan pays the start-up
     assert full.timed == math.ceil(full.pairs * FAST_SEARCH_SHARE)
     assert transfer.pairs == full.pairs
     assert transfer.timed == TRANSFER_PER_BATCH * len(DEFAULT_BATCH_SIZES)
     # Compiling outlasts timing on the timer (bf16: 0.36 CPU-s a timing over 14 processes).
     compiling = transfer.timed * COMPILE_S_PER_TIMING["bf16"] / H200_COMPILE_WORKERS
     assert transfer.stage_seconds("search") == pytest.approx(SEARCH_TAIL["transfer"] * compiling)
-    # A third of the timings; its short searches wait on their tails more (replayed: 0.5-0.6).
-    assert transfer.stage_seconds("search") < 0.5 * full.stage_seconds("search")
+    # About 40 % of the timings (fast search climbs from two starts); its short searches wait
+    # on their tails more (replayed with every batch size's seeds asked at once: 0.4-0.5).
+    assert transfer.stage_seconds("search") < 0.55 * full.stage_seconds("search")
+    assert transfer.stage_seconds("start-up") == 0 < full.stage_seconds("start-up")
     assert sweep.estimate_s() == pytest.approx(full.seconds + transfer.seconds)
 
     data = sweep_json(sweep)
@@ -285,4 +287,4 @@ def test_tune_dry_run_says_the_second_kernels_search_is_a_transfer(tmp_path, mon
     assert first["seeded_from"] is None
     assert second["seeded_from"] == (first["problem"] if search == "fast" else None)
     if search == "fast":
-        assert second["estimate_timed"] < 0.4 * first["estimate_timed"]
+        assert second["estimate_timed"] < 0.45 * first["estimate_timed"]

@@ -5,11 +5,11 @@ import pytest
 from moetune.tune.sweep import (
     SECONDS_PER_LONE,
     SECONDS_PER_PAIR,
-    SECONDS_PER_SHAPE,
+    SECONDS_PER_PLAN,
     SECONDS_PER_TIMED,
     Estimate,
 )
-from moetune.tune.work_meter import WorkMeter
+from moetune.tune.work_meter import SweepMeter, WorkMeter
 
 
 def est(search=6.0, split=2.0):
@@ -17,18 +17,18 @@ def est(search=6.0, split=2.0):
         ("search", search),
         ("baselines", 0.0),
         ("split", split),
-        ("fixed", SECONDS_PER_SHAPE),
+        ("fixed", SECONDS_PER_PLAN),
     )
     return Estimate(sum(v for _, v in stages), 100, 100, True, 10, stages)
 
 
 def test_each_timing_counts_its_rate_and_the_stages_after_the_last_timing_move_the_bar():
     meter = WorkMeter(est())
-    assert meter.total == pytest.approx(18.0) and meter.done == 0
+    assert meter.total == pytest.approx(8.0 + SECONDS_PER_PLAN) and meter.done == 0
     meter.stage("search")
     for _ in range(100):
         meter.measured("whole")
-    share = SECONDS_PER_SHAPE / 4
+    share = SECONDS_PER_PLAN / 4
     assert meter.done == pytest.approx(share + 100 * SECONDS_PER_TIMED)  # + start-up's share
     meter.stage("baselines")
     meter.stage("verify")
@@ -46,7 +46,7 @@ def test_each_timing_counts_its_rate_and_the_stages_after_the_last_timing_move_t
     assert marks[0] == pytest.approx(before + share + 2 * SECONDS_PER_LONE + SECONDS_PER_PAIR)
     assert marks[1] == pytest.approx(marks[0] + share)
     meter.finish()
-    assert meter.done == meter.total == pytest.approx(18.0)
+    assert meter.done == meter.total == pytest.approx(8.0 + SECONDS_PER_PLAN)
 
 
 def test_more_work_than_estimated_grows_the_total():
@@ -54,16 +54,33 @@ def test_more_work_than_estimated_grows_the_total():
     for _ in range(1000):
         meter.measured("whole")
     assert meter.done < meter.total
-    assert meter.done == pytest.approx(SECONDS_PER_SHAPE / 4 + 1000 * SECONDS_PER_TIMED)
+    assert meter.done == pytest.approx(SECONDS_PER_PLAN / 4 + 1000 * SECONDS_PER_TIMED)
 
 
 def test_a_timing_at_a_batch_size_of_long_calls_counts_its_calls_time():
-    stages = (("search", 60.0), ("baselines", 0.0), ("split", 0.0), ("fixed", SECONDS_PER_SHAPE))
+    stages = (("search", 60.0), ("baselines", 0.0), ("split", 0.0), ("fixed", SECONDS_PER_PLAN))
     long = {1_048_576: 5.0, 1: 0.001}
     meter = WorkMeter(Estimate(70.0, 12, 12, False, 0, stages, long))
     meter.measured("whole", 1_048_576)
-    start = SECONDS_PER_SHAPE / 4
+    start = SECONDS_PER_PLAN / 4
     assert meter.done == pytest.approx(start + 5.0)  # as the estimate priced it
     meter.measured("whole", 1)  # short calls: the measured rate
     meter.measured("pair")
     assert meter.done == pytest.approx(start + 5.0 + SECONDS_PER_TIMED + SECONDS_PER_PAIR)
+
+
+def test_the_start_up_counts_at_the_first_timing_and_the_plans_of_a_run_make_one_bar():
+    first = (("start-up", 12.0), ("search", 6.0), ("split", 0.0), ("fixed", SECONDS_PER_PLAN))
+    second = (("start-up", 0.0), ("search", 3.0), ("split", 2.0), ("fixed", SECONDS_PER_PLAN))
+    estimates = [Estimate(sum(v for _, v in st), 10, 10, False, 0, st) for st in (first, second)]
+    run = SweepMeter(estimates)
+    assert run.total == pytest.approx(22.0 + 9.0) and run.done == 0
+    meter = run.start(0)
+    meter.measured("whole")  # the worker processes are up: the start-up is done
+    assert run.done == pytest.approx(12.0 + SECONDS_PER_PLAN / 4 + SECONDS_PER_TIMED)
+    later = run.start(1)  # the first plan is done, whatever it had left
+    assert run.done == pytest.approx(estimates[0].seconds)
+    later.measured("up")
+    assert run.done == pytest.approx(estimates[0].seconds + SECONDS_PER_PLAN / 4 + SECONDS_PER_LONE)
+    run.finish()
+    assert run.done == run.total == pytest.approx(31.0)

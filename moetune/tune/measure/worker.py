@@ -356,10 +356,28 @@ def worker_main(
     quiet_interpreter()
     faults = parse_faults(os.environ.get(FAULTS_ENV, ""))
     inputs = _Inputs(device)
+    _prepare()
     try:
         _serve(conn, inputs, faults)
     except (EOFError, OSError):  # the parent closed the pipe or died: nobody to report to
         os._exit(0)
+
+
+def _prepare() -> None:
+    """Load what every unit needs before the first one comes: torch, Triton, the kernels and
+    the GPU's CUDA context (about 3 s a process). A pool started before its work is planned
+    (`WorkerPool.start`) so does it while the parent plans. A failure here is not reported:
+    the first unit meets it again and reports it as its own."""
+    try:
+        import torch
+
+        import moetune.kernel.fused_moe  # noqa: F401 - Triton and moetune's kernels
+        import moetune.tune.measure.timing  # noqa: F401
+
+        if torch.cuda.is_available():
+            torch.empty(1, device="cuda")  # the CUDA context
+    except Exception:  # noqa: BLE001, S110 - the first unit reports it (docstring)
+        pass
 
 
 def _serve(conn: Any, inputs: _Inputs, faults: list[Fault]) -> None:
@@ -627,6 +645,7 @@ class WorkerPool:
         self.warmers = [
             _Worker(ctx, devices[i % len(devices)], "warmer", self) for i in range(compile_workers)
         ]
+        self._ceilings: Any = None
 
     @property
     def compile_workers(self) -> int:
@@ -635,6 +654,14 @@ class WorkerPool:
     @property
     def parallelism(self) -> int:
         return len(self.timers)
+
+    def start(self) -> WorkerPool:
+        """Start every worker process now, not at its first unit: each loads torch, Triton
+        and its CUDA context (`_prepare`) while the caller goes on (planning, say)."""
+        for worker in self.timers + self.warmers:
+            if worker.process is None:
+                worker.start()
+        return self
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -648,8 +675,11 @@ class WorkerPool:
                 worker.stop(kill=True)
 
     def measure_ceilings(self) -> Any:
-        """Memory bandwidth and matmul rate measured by the first timer (GPU only)."""
-        return self.timers[0].request("ceilings")
+        """Memory bandwidth and matmul rate measured by the first timer (GPU only), once:
+        every plan of a run times on the same GPUs."""
+        if self._ceilings is None:
+            self._ceilings = self.timers[0].request("ceilings")
+        return self._ceilings
 
     def run(
         self, units: Iterable[WorkUnit], then: FollowUp | None = None
