@@ -96,15 +96,16 @@ def test_fast_search_finds_the_same_in_turn_and_together_in_any_order(tmp_path, 
             assert measurer.widest == 1  # one batch size after another, as before
 
 
+def first_kernels_leaders(problem, spaces):
+    """The transfer's seeds: the fast search's winner per batch size on the synthetic GPU."""
+    found = fast_search(BATCH_SIZES, spaces.__getitem__, SyntheticGPU(problem, 2), problem, H200)
+    return {m: [result.best.candidate] for m, result in found.items()}
+
+
 def test_transfer_search_finds_the_same_in_turn_and_together_in_any_order(tmp_path):
     problem = QWEN3_30B
     spaces = pruned_spaces(problem)
-    leaders = {
-        m: [r.best.candidate]
-        for m, r in fast_search(
-            BATCH_SIZES, spaces.__getitem__, SyntheticGPU(problem, 2), problem, H200
-        ).items()
-    }
+    leaders = first_kernels_leaders(problem, spaces)
     gpu = OtherKernelGPU(problem, 2, fixed_noise=True)
     for options in (TRANSFER_OPTIONS, replace(TRANSFER_OPTIONS, pipelined=False)):
         in_turn = transfer_search(
@@ -124,12 +125,7 @@ def test_transfer_search_asks_every_batch_sizes_seeds_at_once_and_times_nothing_
     below to compile its own; the chain asks them again, so nothing extra is timed."""
     problem = QWEN3_30B
     spaces = pruned_spaces(problem)
-    leaders = {
-        m: [result.best.candidate]
-        for m, result in fast_search(
-            BATCH_SIZES, spaces.__getitem__, SyntheticGPU(problem, 2), problem, H200
-        ).items()
-    }
+    leaders = first_kernels_leaders(problem, spaces)
     gpu = OtherKernelGPU(problem, 2, fixed_noise=True)
     first: list = []
 
