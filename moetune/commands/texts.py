@@ -11,7 +11,7 @@ from __future__ import annotations
 FAST_SEARCH_SHARE = "about 5-10 % of the grid"
 SEARCH_HELP = (
     f"fast: times {FAST_SEARCH_SHARE}, within 2 % of the best (measured), and SGLang's "
-    "up/down split from a few seeded timings per batch size; thorough: about 3x the "
+    "up/down split from a few seeded timings per batch size; thorough: 3-4x the "
     "timings, a wider climb over the full grid, and the split searches each GEMM as widely "
     "as the whole call (to measure what fast leaves); exhaustive: every candidate."
 )
