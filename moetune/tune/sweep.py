@@ -273,7 +273,7 @@ def estimate(plan: TunePlan, *, first: bool = True) -> Estimate:
         timed_per_m = {m: min(TRANSFER_PER_BATCH, count) for m, count in kept.items()}
         timed = sum(timed_per_m.values())
     else:
-        timed = pairs if exhaustive else math.ceil(pairs * share)
+        timed = math.ceil(pairs * share)  # exhaustive: every pair (share 1)
     baselines = BASELINES_PER_ENGINE * len(request.engines) * batch_sizes
     split = bool(split_engines(request.engines))
     lone = confirms = 0
@@ -593,8 +593,7 @@ def _layout_json(layout: Layout) -> dict[str, Any]:
     }
 
 
-def _shape_extra(sweep: SweepPlan, index: int) -> dict[str, Any]:
-    est = sweep.estimates()[index]
+def _shape_extra(sweep: SweepPlan, index: int, est: Estimate) -> dict[str, Any]:
     return {
         "layouts": sweep.groups[index].labels(),
         "estimate_s": round(est.seconds, 1),
@@ -607,8 +606,9 @@ def _shape_extra(sweep: SweepPlan, index: int) -> dict[str, Any]:
 
 def sweep_json(sweep: SweepPlan) -> dict[str, Any]:
     """A single layout: the plan's JSON plus its layouts and estimate; a sweep: every shape."""
+    estimates = sweep.estimates()  # once: each plan's, the first with the run's start-up
     if not sweep.is_sweep and len(sweep.plans) == 1:
-        return {**plan_json(sweep.plans[0]), **_shape_extra(sweep, 0)}
+        return {**plan_json(sweep.plans[0]), **_shape_extra(sweep, 0, estimates[0])}
     reason = {s.layout: s.reason for s in sweep.skipped}
     layouts = []
     for layout in sweep.layouts:
@@ -625,11 +625,11 @@ def sweep_json(sweep: SweepPlan) -> dict[str, Any]:
         "config_source": sweep.source,
         "layouts": layouts,
         "store": str(sweep.store_path),
-        "estimate_s": round(sweep.estimate_s(), 1),
+        "estimate_s": round(sum(est.seconds for est in estimates), 1),
         "estimate_note": ESTIMATE_NOTE,
         "shapes": [
-            {**plan_json(plan), **_shape_extra(sweep, index)}
-            for index, plan in enumerate(sweep.plans)
+            {**plan_json(plan), **_shape_extra(sweep, index, est)}
+            for index, (plan, est) in enumerate(zip(sweep.plans, estimates, strict=True))
         ],
     }
 

@@ -72,18 +72,11 @@ class SweepMeter:
 
     def __init__(self, estimates: Sequence[Any]) -> None:
         self.meters = [WorkMeter(estimate) for estimate in estimates]
-        self.index = 0
-
-    @property
-    def meter(self) -> WorkMeter:
-        """The meter of the plan running now."""
-        return self.meters[self.index]
 
     def start(self, index: int) -> WorkMeter:
         """Plan `index` begins (those before it are done); its meter."""
         for meter in self.meters[:index]:
             meter.finish()
-        self.index = index
         return self.meters[index]
 
     @property
