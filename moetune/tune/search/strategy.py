@@ -551,6 +551,10 @@ def transfer_search(
     results: dict[int, SearchResult] = {}
     every: dict[int, _Timings] = {}
 
+    def seeds_at(m: int) -> list[Candidate]:
+        """The other kernel's best configs at `m` that the seed round times (and prefetches)."""
+        return list(dict.fromkeys(seeds_by_batch.get(m, ())))[: opts.transfer_seeds]
+
     def job(i: int, previous: list[Candidate]) -> Job:
         m = order[i]
         timings = _Timings(m, i)
@@ -559,7 +563,7 @@ def transfer_search(
             yield from timings.measure(spaces[m], "full")
         else:
             search = _Search(timings, spaces[m], problem, limits, opts)
-            seeds = list(dict.fromkeys(seeds_by_batch.get(m, ())))[: opts.transfer_seeds]
+            seeds = seeds_at(m)
             if seeds:
                 mapped = yield from search.transfer_seed(seeds, previous)
             else:
@@ -587,8 +591,7 @@ def transfer_search(
         """Ask for batch size i's transfer seeds, which its seed round asks for too, behind
         every other ask (`Ask.prefetch`): known before any timing, so compiled at once."""
         m = order[i]
-        seeds = list(dict.fromkeys(seeds_by_batch.get(m, ())))[: opts.transfer_seeds]
-        mapped = dict.fromkeys(nearest_in_space(s, spaces[m]) for s in seeds)
+        mapped = dict.fromkeys(nearest_in_space(s, spaces[m]) for s in seeds_at(m))
         if mapped and len(spaces[m]) > opts.exhaustive_below:
             yield Ask(m, tuple(mapped), "quick", len(order) + i, prefetch=True)
 
