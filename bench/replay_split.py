@@ -32,6 +32,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,8 @@ from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
 from moetune.tune.measure.timing import Outcome
 from moetune.tune.problem import TuneProblem
-from moetune.tune.runner import TunePlan, TuneRequest
-from moetune.tune.search.space import PruneReport
+from moetune.tune.runner import TunePlan, TuneRequest, make_plan
+from moetune.tune.search.space import PruneReport, default_space
 from moetune.tune.search.split_fast import FastSplitOptions
 from moetune.tune.search.split_search import SplitOptions, tune_split
 from moetune.tune.store import Measurement
@@ -116,10 +117,22 @@ class PassingBackend:
                 yield unit, Outcome(item, "ok", rel_rms=0.0)
 
 
-def recorded_run(summaries: Sequence[dict]) -> tuple[dict[int, Candidate], dict[int, dict]]:
-    """(single config per M, split table row per M) of the recorded summaries."""
+def recorded_run(
+    summaries: Sequence[dict], problem_key: str | None = None
+) -> tuple[dict[int, Candidate], dict[int, dict]]:
+    """(single config per M, split table row per M) of the recorded summaries.
+
+    A summary is one shape's (``shapes[i]`` of ``--json``) or a whole ``--json`` output,
+    whose shapes of `problem_key` are read (all of them without one).
+    """
+    shapes = [
+        shape
+        for summary in summaries
+        for shape in summary.get("shapes", [summary])
+        if problem_key is None or shape.get("plan", {}).get("problem", problem_key) == problem_key
+    ]
     singles, split = {}, {}
-    for summary in summaries:
+    for summary in shapes:
         for row in summary.get("results", []):
             singles[row["batch_size"]] = Candidate.from_config(row["config"])
         for row in summary.get("split", []):
@@ -138,12 +151,19 @@ def replay(
     summaries: Sequence[dict],
     problem_key: str | None = None,
     options: FastSplitOptions | None = None,
+    plan_space: bool = False,
 ) -> dict[str, Any]:
-    """Run the fast split search on `rows`; compare with the recorded (old) run per batch size."""
+    """Run the fast split search on `rows`; compare with the recorded (old) run per batch size.
+
+    The search's space per batch size is the configs the store timed alone there, or with
+    `plan_space` the space a tune plans (the default grid, pruned for an H200): what the
+    store lacks is then answered as a failure and counted as ``missing``, the timings a
+    run would add.
+    """
     keys = sorted({r.problem_key for r in rows if r.kind in LONE})
     key = problem_key or keys[0]
     problem = TuneProblem.from_key(key)
-    singles, recorded = recorded_run(summaries)
+    singles, recorded = recorded_run(summaries, key)
     batch_sizes = sorted(m for m in recorded if m in singles)
     own = [r for r in rows if r.problem_key == key]
     spaces: dict[int, list[Candidate]] = defaultdict(list)
@@ -162,8 +182,11 @@ def replay(
         engines=("sglang",),
         search="fast",
     )
-    pruning = {m: PruneReport(kept=spaces[m], removed={}) for m in batch_sizes}
-    plan = TunePlan(request, DeviceLimits.h200(), pruning, (), Path("replay"))
+    if plan_space:
+        plan = make_plan(replace(request, space=tuple(default_space())), DeviceLimits.h200())
+    else:
+        pruning = {m: PruneReport(kept=spaces[m], removed={}) for m in batch_sizes}
+        plan = TunePlan(request, DeviceLimits.h200(), pruning, (), Path("replay"))
     measurer = ReplayMeasurer(rows, key)
     notes: list[str] = []
     results = tune_split(
@@ -358,9 +381,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summary", action="append", default=[])
     parser.add_argument("--problem-key")
     parser.add_argument("--json", dest="json_path")
+    parser.add_argument(
+        "--plan-space",
+        action="store_true",
+        help="search the space a tune plans (default grid, pruned for an H200), not the "
+        "store's; what the store lacks counts as missing",
+    )
+    parser.add_argument(
+        "--one-step",
+        action="store_true",
+        help="the climb without its paired round (FastSplitOptions(paired_steps=False))",
+    )
     args = parser.parse_args(argv)
+    options = FastSplitOptions(paired_steps=not args.one_step)
     if args.store is None:
-        reports = [(name, replay(*recorded(name))) for name in RECORDED]
+        reports = [(name, replay(*recorded(name), options=options)) for name in RECORDED]
         for _, report in reports:
             print_report(report)
             print()
@@ -370,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.summary:
             parser.error("a store needs the --summary of the run(s) that filled it")
         summaries = [json.loads(Path(path).read_text()) for path in args.summary]
-        report = replay(load_rows(args.store), summaries, args.problem_key)
+        report = replay(
+            load_rows(args.store), summaries, args.problem_key, options, args.plan_space
+        )
         print_report(report)
         dump = report
     if args.json_path:

@@ -17,8 +17,9 @@ how many measurements are saved and where.
 
 Time estimate (`estimate`): every stage the run goes through, at rates measured
 on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes); on the default
-commands of bench/results/2026-12-04-default-tunes (cold Triton caches) it came
-within -1 % to +26 % of the wall time:
+commands of bench/results/2026-12-04-paired-climb (cold Triton caches) it came
+within -0 % to +4 % of the wall time (-1 % to +26 % in the day's first run,
+bench/results/2026-12-04-default-tunes):
 
 - start-up, once a run (`STARTUP_S`): the command's imports and plan, the worker
   processes loading torch, Triton and CUDA, the first compiles (the first timing came
@@ -51,10 +52,13 @@ within -1 % to +26 % of the wall time:
   pair confirmations), the rates of the three 2026-12-04 default tunes (2,555 and 108
   of them, bench/split_rates.py), its waits included: the batch sizes run side by side
   and each round asks every GEMM variant at once, so the stage is bound by the timer.
-  ``--search fast`` times about 16 lone GEMMs per GEMM variant per batch size (14.6-16.7
-  in those tunes). ``--search thorough`` times each variant about 0.8 times as often
-  as the whole search timed whole calls (0.95 on the int8_w8a8 store, 0.62 on
-  GLM-4.5-Air TP4: 4,217 lone rows for 2,279 whole ones over three variants);
+  ``--search fast`` times about 17 lone GEMMs per GEMM variant per batch size: 14.6-16.7
+  in those tunes, before the climb's paired round (`FastSplitOptions.paired_steps`);
+  15.4-16.9 with it, replayed on their stores over each plan's space
+  (bench/results/2026-12-04-paired-climb). ``--search thorough`` times each variant
+  about 0.8 times as often as the whole search timed whole calls (0.95 on the int8_w8a8
+  store, 0.62 on GLM-4.5-Air TP4: 4,217 lone rows for 2,279 whole ones over three
+  variants);
   exhaustive times every pruned pair per variant;
 - fixed, per plan (`SECONDS_PER_PLAN`): the check against the reference, ceilings,
   files (0.6-3.2 s measured);
@@ -128,7 +132,7 @@ SEARCH_TAIL = {"fast": 1.1, "fp8_block": 1.05, "transfer": 1.5}  # wall over the
 TRANSFER_PER_BATCH = 40  # whole-call timings per batch size of a transfer search
 SECONDS_PER_LONE = 0.035  # one lone-GEMM timing of the split search, its waits included
 SECONDS_PER_PAIR = 0.043  # one whole call with split configs (pair or single, confirming)
-FAST_SPLIT_LONE = 16  # lone timings per GEMM variant and batch size, --search fast
+FAST_SPLIT_LONE = 17  # lone timings per GEMM variant and batch size, --search fast
 THOROUGH_SPLIT_SHARE = 0.8  # lone timings per GEMM variant / whole-search timings, thorough
 BASELINES_PER_ENGINE = 2  # its fallback config and the file it would load today
 CALL_OVER_FLOOR = 2.0  # a searched call's time over its roofline floor (module docstring)

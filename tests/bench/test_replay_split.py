@@ -6,26 +6,15 @@ every timing the fast search asks for from the stores, so these tests check its
 pruning and stopping rules against real timings, without a GPU.
 """
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+import replay_split  # bench/ is on sys.path (conftest.py)
 
 from moetune.tune.search.split_fast import FastSplitOptions
+from moetune.tune.sweep import FAST_SPLIT_LONE
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-replay_split = load("replay_split")
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +29,10 @@ def test_fast_split_search_needs_a_fraction_of_the_lone_timings(replays):
     assert replays["split-pair dsv3"]["new_lone"] <= 0.4 * replays["split-pair dsv3"]["old_lone"]
     int8 = replays["int8-sglang"]
     assert int8["old_lone"] == 5778
-    assert int8["new_lone"] <= 0.1 * int8["old_lone"]
-    # About 14 per GEMM variant and batch size: what the plan's estimate counts.
-    assert 10 <= int8["new_lone"] / (2 * 18) <= 16
+    assert int8["new_lone"] <= 0.12 * int8["old_lone"]
+    # About 15 per GEMM variant and batch size (14 before the climb's paired round; the plan's
+    # estimate counts FAST_SPLIT_LONE, from the default tunes' stores).
+    assert 14 <= int8["new_lone"] / (2 * 18) <= FAST_SPLIT_LONE
 
 
 def test_fast_split_search_writes_what_the_old_one_wrote_within_noise(replays):
@@ -105,3 +95,41 @@ def test_the_command_line_prints_the_table(capsys):
     out = capsys.readouterr().out
     assert "| all | 96 | 10217 |" in out
     assert "### E=128,N=768,K=2048,topk=8,dtype=int8_w8a8,per_channel" in out
+
+
+THOROUGH = ROOT / "bench" / "results" / "2026-12-04-default-tunes" / "h200" / "call4"
+SGLANG_QWEN_TP8 = "E=128,N=192,K=4096,topk=8,dtype=bf16,kernel=sglang-0.5.23@03001b759f81"
+
+
+@pytest.fixture(scope="module")
+def thorough_qwen_tp8():
+    """The recorded `--search thorough` tune of Qwen3-235B TP8 on SGLang's kernel (8,115 lone
+    GEMM timings), replayed with the climb's paired round and without it."""
+    import json
+
+    rows = replay_split.load_rows(THOROUGH / "qwen235-thorough.measurements.jsonl.gz")
+    summary = json.loads((THOROUGH / "thorough-resume.json").read_text())
+    replays = {}
+    for name, options in (("paired", None), ("one-step", FastSplitOptions(paired_steps=False))):
+        report = replay_split.replay(rows, [summary], SGLANG_QWEN_TP8, options)
+        replays[name] = {row["batch_size"]: row for row in report["rows"]}
+    return replays
+
+
+def test_the_paired_round_reaches_the_up_gemms_the_one_step_climb_missed(thorough_qwen_tp8):
+    paired, one_step = thorough_qwen_tp8["paired"], thorough_qwen_tp8["one-step"]
+    # M = 4 and 256: thorough's up GEMM is a deeper K tile with other stages or warps, two
+    # steps from any seed. One-step moves stall over 1 % behind it (as whole calls: +1.4 %
+    # and +3.2 %, recorded); the paired round gets within 0.7 %.
+    for m in (4, 256):
+        assert one_step[m]["lone_vs_old"] > 0.01, m
+        assert one_step[m]["new_vs_old"] > 0.01, m
+        assert paired[m]["lone_vs_old"] <= 0.007, m
+    # Everywhere the fast pair alone is within 1.5 % of thorough's (M = 16: both write the
+    # single config), and never further behind than the one-step climb by more than noise.
+    for m, row in paired.items():
+        assert row["lone_vs_old"] <= 0.015, m
+        assert row["lone_vs_old"] <= one_step[m]["lone_vs_old"] + 0.005, m
+    assert sum(row["new_lone"] for row in paired.values()) <= 1.3 * sum(
+        row["new_lone"] for row in one_step.values()
+    )

@@ -15,6 +15,7 @@ from moetune.tune.search.space import PARAM_NAMES, default_space, grid, prune
 from moetune.tune.search.split_fast import (
     FastSplitOptions,
     SeededSplitSearch,
+    paired_neighbours,
     step_neighbours,
     tma_rule_out,
 )
@@ -125,6 +126,27 @@ def test_a_seed_that_gains_climbs_to_the_better_neighbour_and_is_confirmed():
     assert better in climbed and {c.BLOCK_SIZE_M for c in climbed} == {16}
 
 
+def test_a_winner_two_steps_away_is_reached_by_the_paired_round_alone():
+    # A deeper K tile pays only with fewer stages: each move alone is slower than the seed.
+    seed = cand(bn=128)
+    winner = replace(seed, BLOCK_SIZE_K=256, num_stages=2)
+    faster = {("up", False, seed): 55.0, ("up", False, winner): 50.0}
+    seeds = {SINGLE, seed, *rank_for_gemm(BF16, 64, SPACE, DeviceLimits.h200(), "up")[:2]}
+    assert winner not in seeds
+    one_step = LoneGPU(faster=faster)
+    (found,) = run(one_step, ranking=[seed], options=FastSplitOptions(paired_steps=False)).values()
+    assert found.choice.up == Probe("up", seed)
+    assert (64, Probe("up", winner)) not in one_step.asked
+    paired = LoneGPU(faster=faster)
+    (found,) = run(paired, ranking=[seed]).values()
+    assert found.choice.up == Probe("up", winner)
+    assert found.choice.estimate_us == pytest.approx(50.0 + 40.0)
+    # The paired round moved the chosen pair's GEMMs only: the down GEMM with TMA was not chosen.
+    extra = {p for _, p in paired.asked} - {p for _, p in one_step.asked}
+    assert winner in {p.candidate for p in extra if p.kind == "up"}
+    assert not [p for p in extra if p.use_tma]
+
+
 def test_a_small_gain_is_not_confirmed_after_the_climb():
     seed = cand(bn=128)
     gpu = LoneGPU(faster={("down", False, seed): 39.3})  # 0.7 % of up + down: under 1 %
@@ -205,6 +227,33 @@ def test_step_neighbours_keep_block_m_and_move_one_parameter_one_step():
     assert step_neighbours(here, values, space - {replace(here, num_stages=4)}) == [
         c for c in found if c != replace(here, num_stages=4)
     ]
+
+
+def test_paired_neighbours_trade_a_deeper_k_tile_for_a_narrower_n_tile_or_fewer_stages():
+    values = {
+        "BLOCK_SIZE_M": [16, 32],
+        "BLOCK_SIZE_N": [32, 64, 128],
+        "BLOCK_SIZE_K": [64, 128, 256],
+        "GROUP_SIZE_M": [1, 16],
+        "num_warps": [4, 8],
+        "num_stages": [2, 3, 4],
+    }
+    here = cand(bn=64, bk=128, stages=3)
+    space = set(grid(values))
+    assert set(paired_neighbours(here, values, space)) == {
+        replace(here, BLOCK_SIZE_K=256, BLOCK_SIZE_N=32),
+        replace(here, BLOCK_SIZE_K=256, num_stages=2),
+        replace(here, BLOCK_SIZE_K=64, BLOCK_SIZE_N=128),
+        replace(here, BLOCK_SIZE_K=64, num_stages=4),
+    }
+    # Only members of the space; at the edges of the values only the moves that exist.
+    pruned = space - {replace(here, BLOCK_SIZE_K=256, num_stages=2)}
+    assert len(paired_neighbours(here, values, pruned)) == 3
+    edge = cand(bn=32, bk=256, stages=4)
+    assert paired_neighbours(edge, values, space) == [
+        replace(edge, BLOCK_SIZE_K=128, BLOCK_SIZE_N=64)
+    ]
+    assert paired_neighbours(cand(bk=512), values, space) == []
 
 
 def test_the_cost_model_splits_into_its_two_gemms():

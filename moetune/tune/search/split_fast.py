@@ -21,7 +21,14 @@ ascending order:
    H200 stores the climb found nothing at all 37 batch sizes whose seeds gained
    under 0.5 %, and up to 2 % only where they gained more (`bench/replay_split.py`);
 4. climb: otherwise each variant steps from its best config at the chosen
-   BLOCK_SIZE_M, one parameter one step at a time, until nothing improves;
+   BLOCK_SIZE_M, one parameter one step at a time, until nothing improves.
+   Where that stalls, the chosen pair's GEMMs with a long reduction (K for up,
+   N for down; `paired_min_reduction`) try once BLOCK_SIZE_K one step with
+   BLOCK_SIZE_N or num_stages one step the other way (`paired_neighbours`): a
+   deeper K tile pays in shared memory, so it tends to win only with a
+   narrower N tile or fewer stages, two steps that one-step moves cannot take
+   (the recorded Qwen3-235B TP8 thorough tune's up GEMMs at M = 4 and 256).
+   If one wins, the one-step climb goes on from it;
 5. the pair of the smallest up + down is confirmed as a whole call (by the
    caller) only when it beats the reference by `min_gain`.
 
@@ -58,6 +65,13 @@ class FastSplitOptions:
     min_gain: float = 0.01  # a pair must beat the single's up + down by this share
     headroom: float = 0.005  # what a climb may add where the seeds gained little
     max_climb_rounds: int = 4
+    # Once the one-step climb stalls: BLOCK_SIZE_K traded against BLOCK_SIZE_N or num_stages,
+    # on the chosen pair's GEMMs (step 4). False: the one-step climb alone, as before.
+    paired_steps: bool = True
+    # ... on a GEMM whose reduction (K for up, N for down) is at least this long: four of the
+    # deepest K tiles (256). Shorter, the K loop runs a few iterations and a deeper tile has
+    # little to save; replayed, the down GEMMs' paired moves (reduction 192) found nothing.
+    paired_min_reduction: int = 1024
     # The batch sizes' independent timings asked side by side (`SeededSplitSearch`); False:
     # one batch size after another, as before (for comparisons). The same pairs either way.
     pipelined: bool = True
@@ -65,7 +79,7 @@ class FastSplitOptions:
     def __post_init__(self) -> None:
         if self.whole_seeds < 1:
             raise TuneError("split search option whole_seeds must be at least 1")
-        for name in ("model_seeds", "max_climb_rounds"):
+        for name in ("model_seeds", "max_climb_rounds", "paired_min_reduction"):
             if getattr(self, name) < 0:
                 raise TuneError(f"split search option {name} must be at least 0")
         for name in ("min_gain", "headroom"):
@@ -153,6 +167,44 @@ def step_neighbours(
                 moved = replace(candidate, **{name: options[index + step]})
                 if moved in space:
                     found.append(moved)
+    return found
+
+
+# What a deeper K tile gives back in the paired round: each moves the other way.
+TRADED_FOR_BLOCK_K = ("BLOCK_SIZE_N", "num_stages")
+
+
+def paired_neighbours(
+    candidate: Candidate,
+    values: Mapping[str, list[int]],
+    space: set[Candidate],
+) -> list[Candidate]:
+    """Members of `space` with BLOCK_SIZE_K one step deeper and BLOCK_SIZE_N or num_stages one
+    step lower, or K one step shallower and N or stages one step higher; BLOCK_SIZE_M kept.
+
+    These moves keep the shared memory about the same (a K tile twice as deep with an N tile
+    half as wide holds the same weights; with one stage fewer, a pipeline about as deep), so
+    where the one-step climb stalls on shared memory they are the two steps it cannot take.
+    """
+    k_values = values["BLOCK_SIZE_K"]
+    if candidate.BLOCK_SIZE_K not in k_values:
+        return []
+    k_index = k_values.index(candidate.BLOCK_SIZE_K)
+    found = []
+    for k_step in (1, -1):
+        if not 0 <= k_index + k_step < len(k_values):
+            continue
+        for name in TRADED_FOR_BLOCK_K:
+            options, value = values[name], getattr(candidate, name)
+            if value not in options or not 0 <= options.index(value) - k_step < len(options):
+                continue
+            moved = replace(
+                candidate,
+                BLOCK_SIZE_K=k_values[k_index + k_step],
+                **{name: options[options.index(value) - k_step]},
+            )
+            if moved in space:
+                found.append(moved)
     return found
 
 
@@ -441,25 +493,62 @@ class SeededSplitSearch:
         return result(None)
 
     def _climb(self, m: int, space: list[Candidate], timings: _Timings) -> Job:
-        """Step each variant from its best config at the chosen BLOCK_SIZE_M while that helps."""
+        """Step 4: the one-step climb; where it stalls, one paired round on the chosen pair's
+        GEMMs, and the one-step climb again from what that found."""
         members = set(space)
         values = values_by_param(space)
-        for _ in range(self.options.max_climb_rounds):
+
+        def one_step(candidate: Candidate) -> list[Candidate]:
+            return step_neighbours(candidate, values, members)
+
+        yield from self._step_rounds(m, timings, one_step, self.options.max_climb_rounds)
+        stalled = timings.choice()
+        if not self.options.paired_steps or stalled is None:
+            return
+
+        def paired(candidate: Candidate) -> list[Candidate]:
+            return paired_neighbours(candidate, values, members)
+
+        reduction = {"up": self.problem.hidden_size, "down": self.problem.intermediate_size}
+        chosen = {
+            (probe.kind, probe.use_tma)
+            for probe in (stalled.up, stalled.down)
+            if reduction[probe.kind] >= self.options.paired_min_reduction
+        }
+        if chosen and (yield from self._step_rounds(m, timings, paired, 1, chosen)):
+            yield from self._step_rounds(m, timings, one_step, self.options.max_climb_rounds)
+
+    def _step_rounds(
+        self,
+        m: int,
+        timings: _Timings,
+        moves: Callable[[Candidate], list[Candidate]],
+        rounds: int,
+        only: set[Variant] | None = None,
+    ) -> Generator[Ask | Start, Answers | None, bool]:
+        """Up to `rounds` rounds: each variant (of `only`, if given) times `moves` of its best
+        config at the chosen BLOCK_SIZE_M, while the pair improves. True: it improved."""
+        improved = False
+        for _ in range(rounds):
             choice = timings.choice()
             if choice is None:
-                return
+                return improved
             asked = timings.asked
             steps = {}
             for variant in self._live():
+                if only is not None and variant not in only:
+                    continue
                 at_block_m = [
                     c for c, _ in timings.best(variant) if c.BLOCK_SIZE_M == choice.block_m
                 ]
                 if at_block_m:
-                    steps[variant] = step_neighbours(at_block_m[0], values, members)
+                    steps[variant] = moves(at_block_m[0])
             yield from self._time(m, timings, steps)
             after = timings.choice()
             if timings.asked == asked or after is None or after.estimate_us >= choice.estimate_us:
-                return
+                return improved
+            improved = True
+        return improved
 
 
 def _seed_ranking(
