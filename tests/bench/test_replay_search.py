@@ -1,9 +1,10 @@
 """bench/replay_search.py on a store filled by an exhaustive sweep of the synthetic GPU."""
 
-import importlib.util
 import sys
 from dataclasses import replace
 from pathlib import Path
+
+import replay_search as replay  # bench/ is on sys.path (conftest.py)
 
 from moetune.device import DeviceLimits
 from moetune.tune.problem import TuneProblem
@@ -16,15 +17,7 @@ sys.path.insert(0, str(ROOT / "tests" / "tune"))
 from synthetic import SyntheticGPU  # noqa: E402
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_replay_reports_the_gap_to_the_exhaustive_best(tmp_path, capsys):
-    replay = load("replay_search")
     problem = TuneProblem(128, 768, 2048, 8, "bf16")
     assert replay.problem_from_key(problem.key()) == problem
     block = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
@@ -55,7 +48,6 @@ def test_replay_reports_the_gap_to_the_exhaustive_best(tmp_path, capsys):
 
 
 def test_keys_of_every_kind_parse_and_probe_rows_are_not_whole_calls(tmp_path):
-    replay = load("replay_search")
     for problem in (
         TuneProblem(128, 768, 2048, 8, "int4_w4a16", group_size=64, has_zp=True),
         TuneProblem(16, 2048, 5120, 1, "fp8_w8a8", per_channel=True),

@@ -1,10 +1,9 @@
 """bench/replay_wall.py: the simulated clock, checked by hand and against a recorded H200 tune."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+import replay_wall as wall  # bench/ is on sys.path (conftest.py)
 
 from moetune.kernel.config import Candidate
 from moetune.tune.measure.measurer import RunContext, StoreMeasurer
@@ -14,14 +13,6 @@ from moetune.tune.store import Measurement
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = TuneProblem(8, 64, 128, 2, "bf16")
 A, B, C, D = (Candidate(16, n, 64, 1, 4, 2) for n in (16, 32, 64, 128))
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def row(m, candidate, fidelity, timestamp, compile_s, latency=10.0):
@@ -51,7 +42,6 @@ def measurer(wall, rows, workers=2):
 
 
 def test_compiles_share_the_workers_and_the_timer_follows_each_one():
-    wall = load("replay_wall")
     # Recorded: four 1 s compiles at M=1, timings 0.1 s apart; then A at M=2 loaded the
     # kernel compiled at M=1 (0.01 s).
     rows = [row(1, c, "quick", 10.0 + 0.1 * i, 1.0) for i, c in enumerate((A, B, C, D))]
@@ -70,7 +60,6 @@ def test_compiles_share_the_workers_and_the_timer_follows_each_one():
 
 
 def test_a_kernel_asked_first_where_the_record_found_it_cached_pays_its_compile():
-    wall = load("replay_wall")
     rows = [row(1, A, "quick", 10.0, 2.0), row(2, A, "quick", 11.0, 0.01)]
     found, backend = measurer(wall, rows)
     found.measure(2, [A], "quick")  # before M=1 compiled it: this one compiles it
@@ -89,7 +78,6 @@ def test_the_recorded_search_replays_exactly_and_the_pipeline_keeps_its_picks():
     (851 CPU-s) and takes about the recorded 125 s; the pipeline picks the same configs.
     The run pruned with the provably safe rules only (before `accumulator_spills`) and
     climbed from three starts (before 2026-12-04)."""
-    wall = load("replay_wall")
     [report] = wall.replay_store(STORE, pruning="safe", starts=3)
     old, new = report["runs"][wall.SEQUENTIAL], report["runs"][wall.PIPELINED]
     assert old["misses"] == 0 and old["timings"] == 2364  # the store's 2378 but 14 baselines
@@ -103,7 +91,6 @@ def test_the_recorded_search_replays_exactly_and_the_pipeline_keeps_its_picks():
 def test_the_fast_search_pruning_keeps_the_picks_and_compiles_less():
     """The same store replayed sequentially with the fast search's measured rule
     (`accumulator_spills`): the same 18 picks, fewer timings and compile seconds."""
-    wall = load("replay_wall")
     rows = wall.read_rows(STORE)
     whole = [r for r in rows if r.kind == "whole"]
     [key] = {r.problem_key for r in whole}
@@ -119,7 +106,6 @@ def test_two_climb_starts_keep_the_recorded_picks_and_compile_less():
     """Today's fast search (two climb starts, the measured pruning rule) on the same store,
     against the replay from ``--search thorough``'s three starts: the same 18 picks, with at
     least 15 % less compile CPU and fewer timings."""
-    wall = load("replay_wall")
     [report] = wall.replay_store(STORE)
     two, three = report["runs"][wall.PIPELINED], report["runs"][wall.THOROUGH]
     assert len(report["picks"]) == 18

@@ -1,24 +1,12 @@
 """The split rates the plan's estimate uses are the recorded H200 stores' (bench/split_rates.py)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+import split_rates  # bench/ is on sys.path (conftest.py)
 
 from moetune.tune.sweep import SECONDS_PER_LONE, SECONDS_PER_PAIR
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_estimate_rates_are_the_recorded_stores_rates(capsys):
-    split_rates = load("split_rates")
     assert len(split_rates.RECORDED) == 3 and all(p.exists() for p in split_rates.RECORDED)
     found = split_rates.rates(list(split_rates.RECORDED))
     lone_rows, lone_s = found["lone"]
@@ -34,7 +22,6 @@ def test_the_estimate_rates_are_the_recorded_stores_rates(capsys):
 
 
 def test_a_gap_between_runs_is_not_counted(tmp_path):
-    split_rates = load("split_rates")
     store = tmp_path / "measurements.jsonl"
     rows = [(0.0, "whole"), (1.0, "up"), (1.5, "down"), (100.0, "pair"), (100.2, "pair")]
     store.write_text("".join(f'{{"timestamp": {t}, "kind": "{k}"}}\n' for t, k in rows))
