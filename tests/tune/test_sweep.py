@@ -205,11 +205,14 @@ def test_the_estimate_includes_the_split_search_at_its_measured_rates(tmp_path):
     ("model", "tp", "engine", "wall_s"),
     [
         # H200 walls of the default command (fresh folders, cold Triton caches, 18 batch sizes,
-        # each engine's file on its own kernel), bench/results/2026-12-04-default-tunes.
+        # each engine's file on its own kernel), bench/results/2026-12-04-paired-climb.
+        ("Qwen/Qwen3-235B-A22B", 8, "both", 134.2),
+        ("zai-org/GLM-4.5-Air", 4, "both", 136.0),
+        ("deepseek-ai/DeepSeek-V3", 8, "both", 182.5),
+        ("Qwen/Qwen3-235B-A22B", 4, "vllm", 72.1),
+        # ... and the day's first run (bench/results/2026-12-04-default-tunes, call 3): the
+        # vLLM whole-call search alone varies by 18 s between cold runs.
         ("Qwen/Qwen3-235B-A22B", 8, "both", 108.7),
-        ("zai-org/GLM-4.5-Air", 4, "both", 128.8),
-        ("deepseek-ai/DeepSeek-V3", 8, "both", 183.8),
-        ("Qwen/Qwen3-235B-A22B", 4, "vllm", 81.2),
     ],
 )
 def test_the_estimate_lands_within_30_percent_of_recorded_walls(
