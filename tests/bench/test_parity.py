@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from moetune.kernel.problem import make_problem
+from moetune.tune.measure.timing import SIZING_REPLAYS
 
 PARITY = Path(__file__).resolve().parents[2] / "bench" / "parity.py"
 CONFIG = dict(
@@ -179,11 +180,15 @@ def test_the_timed_path_replays_every_graph_round_robin(parity, monkeypatch):
     keys = sorted(f"moetune|{c}" for c in parity.TINY_INT4_CONFIGS)
     assert sorted(row["us"]) == keys and row["rounds"] == 12  # replays here take no time
     assert all(len(samples) == 12 for samples in row["samples"].values())
-    # 2 graphs: one warm-up replay each, then one replay each per round, the order reversed
-    # every other round; every graph reset.
-    assert len(device.replays) == 2 * (1 + 12) and len(set(device.replays)) == 2
-    rounds = [device.replays[2 + 2 * r : 4 + 2 * r] for r in range(12)]
+    # Each capture first replays its one-call sizing graph (then reset); then 2 graphs: one
+    # warm-up replay each, then one replay each per round, the order reversed every other
+    # round; every graph reset.
+    sizing = 2 * SIZING_REPLAYS
+    timed = device.replays[sizing:]
+    assert len(set(device.replays[:sizing])) == 2 and not set(device.replays[:sizing]) & set(timed)
+    assert len(timed) == 2 * (1 + 12) and len(set(timed)) == 2
+    rounds = [timed[2 + 2 * r : 4 + 2 * r] for r in range(12)]
     assert all(rounds[r + 1] == rounds[r][::-1] for r in range(11))
-    assert device.reset == 2
+    assert device.reset == 2 + 2
     assert all(row["us"][key] == pytest.approx(5000.0) for key in keys)  # 5 ms, 1 call per graph
     assert all(isinstance(e, list) and e[0] < 1e-3 for e in row["errors"].values())

@@ -140,7 +140,7 @@ def test_experts_hit_matches_a_brute_force_count_over_the_timers_draws(
 ):
     from moetune.kernel.problem import make_problem
     from moetune.tune.measure.probe_timing import _Bench
-    from moetune.tune.measure.timing import time_graph
+    from moetune.tune.measure.timing import SIZING_REPLAYS, time_graph
 
     path = tmp_path / "skewed.npy"
     np.save(path, zipf_rows(700, 1.1, seed=5))
@@ -154,6 +154,9 @@ def test_experts_hit_matches_a_brute_force_count_over_the_timers_draws(
     fake.install(monkeypatch)
     timing = time_graph(bench, fidelity_of("full"))
     assert timing.calls_per_replay == calls
+    # The one-call sizing graph's replays come first (slot 0: window 0, never refilled).
+    sizing, fake.timed = fake.timed[:SIZING_REPLAYS], fake.timed[SIZING_REPLAYS:]
+    assert [len(slots) for slots in sizing] == [1] * SIZING_REPLAYS
     assert len(fake.timed) == fidelity_of("full").replays
     # Brute force: distinct experts of every slot of every timed replay, mean per replay,
     # median over replays (what the latency's median is of).

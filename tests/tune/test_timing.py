@@ -113,8 +113,9 @@ class _GraphRecorder:
 
 @pytest.mark.parametrize("eager_us, calls", [(150.0, 10), (700.0, 3), (5000.0, 1)])
 def test_graph_path_schedule(monkeypatch, eager_us, calls):
-    """The CUDA-graph path on a fake device: compile and sizing calls on the problem's own
-    logits (left as they were), a graph of `calls` calls on buffers of their own, new
+    """The CUDA-graph path on a fake device: the compiling call and the one-call sizing
+    graph on the problem's own logits (left as they were), a graph of `calls` calls on
+    buffers of their own, new
     logits before every replay, warm-up replays untimed, the graph reset at the end."""
     from moetune.kernel.problem import make_problem
     from moetune.tune.measure import timing
@@ -127,15 +128,19 @@ def test_graph_path_schedule(monkeypatch, eager_us, calls):
     level = FIDELITIES["full"]
     result = timing.time_fused_moe(problem, CONFIG, "full")
 
-    assert [logits is problem.router_logits for logits in recorder.eager] == [True, True]
+    # The compiling call is eager; the one-call graph that sizes the timed one reads the
+    # problem's own logits too, and its replays come first, timed, never refilled.
+    assert [logits is problem.router_logits for logits in recorder.eager] == [True]
+    sizing, graph_calls = recorder.captured[0], recorder.captured[1:]
+    assert sizing is problem.router_logits
     assert torch_equal(problem.router_logits, logits_before)
-    assert len(recorder.captured) == calls == result.calls_per_replay
-    assert all(logits.shape == problem.router_logits.shape for logits in recorder.captured)
-    assert len({logits.data_ptr() for logits in recorder.captured}) == calls
-    assert [armed for armed, _ in recorder.replays] == [False] * level.warmup + [True] * (
-        level.replays
-    )
-    snapshots = [snapshot for _, snapshot in recorder.replays]
+    assert len(graph_calls) == calls == result.calls_per_replay
+    assert all(logits.shape == problem.router_logits.shape for logits in graph_calls)
+    assert len({logits.data_ptr() for logits in graph_calls}) == calls
+    assert [armed for armed, _ in recorder.replays] == [True] * timing.SIZING_REPLAYS + [
+        False
+    ] * level.warmup + [True] * level.replays
+    snapshots = [snapshot[1:] for _, snapshot in recorder.replays[timing.SIZING_REPLAYS :]]
     for before, after in zip(snapshots, snapshots[1:], strict=False):
         assert not torch_equal(before[0], after[0])  # new logits before every replay
     assert result.replays == level.replays and result.median_us == pytest.approx(eager_us / calls)

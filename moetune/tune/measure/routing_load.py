@@ -10,7 +10,8 @@ the measured time (an H200, a skewed Qwen3-30B dump, M = 4..128).
 
 Which windows are timed (`moetune.tune.measure.probe_timing`): every measurement makes a
 fresh routing feed, window 0, 1, 2, ... (`routing_dump.window`). With ``c``
-calls in the CUDA graph, window 0 serves the compiling eager call, windows
+calls in the CUDA graph, window 0 serves the compiling eager call and the
+one-call graph that sizes the timed one (`timing.one_call_us`), windows
 ``1..c`` the graph's capture, then each replay takes the next ``c`` windows:
 the ``warmup`` first replays are dropped, and replay r of the ``replays`` timed
 ones reads windows ``1 + c (1 + warmup + r)`` to ``c (2 + warmup + r)``. The
@@ -19,7 +20,7 @@ latency is the median over timed replays of the replay's time over ``c``.
 So the floor's count is, at the full fidelity the summary reports, the median
 over the timed replays of the mean experts hit by each replay's ``c`` windows:
 each replay's time is at least its own floor, so the median time is at least
-the median floor. ``c`` is chosen at run time from the eager call's time
+the median floor. ``c`` is chosen at run time from the one-call graph's time
 (``TARGET_REPLAY_US``, at most ``max_calls_per_graph``), which the host does
 not know afterwards, so the floor takes the smallest count over every possible
 ``c``: still a floor whichever ``c`` the timer used. Deterministic, computed
