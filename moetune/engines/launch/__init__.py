@@ -30,6 +30,7 @@ KERNEL_CHOICES = ("auto", "vllm", "sglang", "moetune")
 # (engine, release) -> the module that knows how that release launches its kernel.
 RELEASES = {
     ("vllm", "0.33.0"): "moetune.engines.launch.vllm_0_33",
+    ("vllm", "0.34.0"): "moetune.engines.launch.vllm_0_34",
     ("sglang", "0.5.23"): "moetune.engines.launch.sglang_0_5_23",
 }
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -162,13 +163,32 @@ class Resolution:
         return describe_kernel(self.kernel)
 
 
-def _twin(engine: str, why: str | None = None) -> Resolution:
-    """`engine`'s file on moetune's twin of its kernel; `why` the note to print, if any."""
+def _twin(engine: str, why: str | None = None, todo: str | None = None) -> Resolution:
+    """`engine`'s file on moetune's twin of its kernel; `why` the note to print, if any,
+    and `todo` what the user can do about it."""
     label = ENGINE_LABELS[engine]
     note = (
         None if why is None else f"{why}: the {label} file is tuned on moetune's twin of its kernel"
     )
+    if note is not None and todo:
+        note += f"; {todo}"
     return Resolution(engine, twin_ref(engine), note)
+
+
+def interface_change_at(module: Any, source: Path) -> str | None:
+    """How the kernel (and launcher) in the installed `source` differ from the interface
+    the release `module` declares (``INTERFACE``), or None: the same, or none declared."""
+    from moetune.engines.launch.interface import interface_change, read_interface
+    from moetune.engines.source import EngineSourceError
+
+    declared = getattr(module, "INTERFACE", None)
+    if declared is None:
+        return None
+    try:
+        installed = read_interface(source, declared.kernel, declared.launcher)
+    except EngineSourceError as exc:
+        return str(exc)
+    return interface_change(declared, installed)
 
 
 def resolve_kernel(
@@ -235,6 +255,18 @@ def resolve_kernel(
         if explicit:
             raise KernelChoiceError(f"--kernel {choice}: {exc}") from None
         return _twin(engine, str(exc))
+    change = interface_change_at(module, source)
+    if change:
+        why = (
+            f"{label} {version}'s {module.KERNEL} is not the one moetune's {label} {release} "
+            f"launch was written for ({change})"
+        )
+        if explicit:
+            raise KernelChoiceError(
+                f"--kernel {choice}: {why}; --kernel auto tunes on moetune's twin, or use a "
+                f"moetune that knows {label} {version}"
+            )
+        return _twin(engine, why, f"a moetune that knows {label} {version} times its own kernel")
     ref = KernelRef(target, version, release, str(source), file_digest(source))
     return Resolution(engine, ref, note)
 
@@ -263,6 +295,13 @@ class EngineGemm:
 
     def refusal(self, config: dict, quant_dtype: str | None) -> str | None:
         return self.release.refusal(config, quant_dtype)
+
+    def split_configs(self, config: dict, down_config: dict | None) -> Any:
+        """The two GEMMs' configs and TMA flags as this release reads a tuned entry
+        (`moetune.kernel.tma.SplitConfigs`; SGLang's reading unless the release has its own)."""
+        from moetune.kernel.tma import split_configs
+
+        return getattr(self.release, "split_configs", split_configs)(config, down_config)
 
     def __call__(self, a: Any, w: Any, c: Any, **launch: Any) -> Any:
         from moetune.engines.launch.common import GemmCall
