@@ -77,7 +77,9 @@ def test_the_installed_kernel_is_the_one_its_release_module_declares(vllm) -> No
     ],
     ids=["aligned", "naive", "block-fp8-clamp", "swap-ab-naive", "swap-ab-use-tma-false"],
 )
-def test_the_installed_kernel_matches_the_reference(vllm, M, E, dtype, block_shape, cfg, capability):  # noqa: ANN001, ANN201, E501
+def test_the_installed_kernel_matches_the_reference(
+    vllm, M, E, dtype, block_shape, cfg, capability
+):  # noqa: ANN001, ANN201, E501
     if "USE_TMA" in cfg and "USE_TMA" not in release_module("vllm", vllm.version).FILE_KEYS:
         pytest.skip(f"vLLM {vllm.version} refuses USE_TMA")
     gemm = EngineGemm(resolve_kernel("vllm", "vllm").kernel)
