@@ -71,6 +71,10 @@ FILE_KEYS = frozenset(
     {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "SPLIT_K"}
     | {"num_warps", "num_stages"}
 )
+# 0.33 reads no ``<name>_down.json``.
+DOWN_FILE_CONDITIONS = None
+DOWN_FILE_BLOCK = None
+DOWN_FILE_MIN_HIDDEN = None
 
 
 def refusal(config: dict, quant_dtype: str | None) -> str | None:

@@ -89,6 +89,16 @@ FILE_KEYS = frozenset(
     {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "SPLIT_K"}
     | {"num_warps", "num_stages", TMA_KEY}
 )
+# When 0.34 runs the down GEMM on ``<name>_down.json`` (``TritonExperts``, read from
+# ``experts/triton_moe.py``); the up file serves both GEMMs otherwise.
+DOWN_FILE_BLOCK = (128, 128)
+DOWN_FILE_MIN_HIDDEN = 4096
+DOWN_FILE_CONDITIONS = (
+    "TritonExperts, fp8_w8a8 block [128,128], compute capability 9.0, DeepGEMM's E8M0 "
+    "scales in use (VLLM_USE_DEEP_GEMM_E8M0=1, the default, with DeepGEMM installed), SiLU, "
+    "no expert map or LoRA, hidden size >= 4096 and divisible by the entry's BLOCK_SIZE_N, "
+    "the up BLOCK_SIZE_M a multiple of 16, and an entry with USE_TMA true"
+)
 
 
 def refusal(config: dict, quant_dtype: str | None) -> str | None:
