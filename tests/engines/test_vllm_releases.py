@@ -216,3 +216,19 @@ def test_0_34_refuses_sglangs_tma_layout_and_a_strided_topk_weights() -> None:
     weights = torch.ones(3, 4)[:, ::2]
     with pytest.raises(ValueError, match="contiguous"):
         vllm_0_34.launch(Recorder(), replace(gemm_call(dict(CONFIG)), topk_weights=weights))
+
+
+def test_the_registry_is_the_release_modules() -> None:
+    from moetune.engines import installed
+    from moetune.engines.launch import RELEASES, known_releases, release_module
+
+    assert ("vllm", "0.33.0") in RELEASES and ("vllm", "0.34.0") in RELEASES
+    assert known_releases("vllm") == ["0.33.0", "0.34.0"]  # oldest first
+    for engine, release in RELEASES:
+        module = release_module(engine, release)
+        assert (module.ENGINE, module.RELEASE) == (engine, release)
+        assert release in installed.RELEASES[engine], f"{engine} {release} has no layout"
+        if engine == "vllm":  # what check and the interface check read
+            assert module.INTERFACE.kernel == module.KERNEL
+            assert {"BLOCK_SIZE_M", "num_warps"} <= module.FILE_KEYS
+            assert hasattr(module, "DOWN_FILE_CONDITIONS")

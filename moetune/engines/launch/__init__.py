@@ -27,12 +27,23 @@ from typing import Any
 from moetune.errors import MoetuneError
 
 KERNEL_CHOICES = ("auto", "vllm", "sglang", "moetune")
-# (engine, release) -> the module that knows how that release launches its kernel.
-RELEASES = {
-    ("vllm", "0.33.0"): "moetune.engines.launch.vllm_0_33",
-    ("vllm", "0.34.0"): "moetune.engines.launch.vllm_0_34",
-    ("sglang", "0.5.23"): "moetune.engines.launch.sglang_0_5_23",
-}
+
+
+def _release_modules() -> dict[tuple[str, str], str]:
+    """(engine, release) -> the module that knows how that release launches its kernel:
+    every module of this package that declares ``ENGINE`` and ``RELEASE`` (a release is
+    one module; nothing else registers it). They import no torch or triton at module level."""
+    import pkgutil
+
+    found = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "ENGINE") and hasattr(module, "RELEASE"):
+            found[(module.ENGINE, module.RELEASE)] = module.__name__
+    return found
+
+
+RELEASES = _release_modules()
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 # engine -> (the release its twin follows, the twin's module). vLLM's twin is moetune's
 # default kernel, launched by `invoke_fused_moe_gemm`: it is timed without a `KernelRef`.
@@ -90,10 +101,22 @@ def _twin_source(engine: str) -> str:
 def describe_twin(engine: str) -> str:
     """The plan's words for moetune's twin of `engine`'s kernel."""
     label = ENGINE_LABELS[engine]
+    release = TWINS[engine][0]
+    newest = known_releases(engine)[-1]
+    differs = ""
+    if newest != release:
+        # The newest release's kernel where the twin does not follow it (``TWIN_DIFFERS``).
+        differs = f"; {label} {newest}'s differs {release_module(engine, newest).TWIN_DIFFERS}"
     return (
-        f"moetune's twin of {label} {TWINS[engine][0]}'s fused_moe_kernel "
-        f"({_twin_source(engine)}; {label}'s own is timed where {label} is installed)"
+        f"moetune's twin of {label} {release}'s fused_moe_kernel "
+        f"({_twin_source(engine)}; {label}'s own is timed where {label} is installed{differs})"
     )
+
+
+def _version_key(version: str) -> Any:
+    from moetune.engines.installed import version_key
+
+    return version_key(version)
 
 
 # The engines run GPTQ/AWQ weight-only int4 in another Triton kernel, whose twin
@@ -144,7 +167,8 @@ def twin_ref(engine: str) -> KernelRef | None:
 
 
 def known_releases(engine: str) -> list[str]:
-    return [release for name, release in RELEASES if name == engine]
+    """The releases of `engine` moetune launches, oldest first."""
+    return sorted((release for name, release in RELEASES if name == engine), key=_version_key)
 
 
 def release_module(engine: str, release: str) -> Any:

@@ -60,6 +60,8 @@ __all__ = [
     "use_tma_b",
     "split_configs",
 ]
+# Where 0.34's kernel differs from the twin, which follows 0.33 (`moetune.engines.launch.TWINS`).
+TWIN_DIFFERS = "on block fp8 only: TMA-B on sm90/sm100, one weight scale per tile"
 # Capability families whose launches take TMA-B (``is_device_capability_family(90/100)``).
 TMA_B_FAMILIES = (9, 10)
 
@@ -162,7 +164,7 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
     if call.topk_weights is not None and not call.topk_weights.is_contiguous():
         raise ValueError("topk_weights must be contiguous")
     prepared = prepare(call, capability, refusal, ("BLOCK_SIZE_K", "SPLIT_K", TMA_KEY))
-    a, w, c2 = call.a, call.w, call.c2
+    w = call.w
     tma_b = use_tma_b(
         call.config,
         call.quant_dtype,
@@ -178,6 +180,38 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         from moetune.kernel.tma import make_descriptor
 
         b_desc = make_descriptor(w, (1, call.config["BLOCK_SIZE_N"], prepared.block_k), "B")
+    try:
+        _launch(kernel, call, prepared, b_desc, tma_b)
+    except Exception as exc:
+        if SCALAR_INDEX_ERROR in str(exc) and _scale_shortcut(call):
+            import triton
+
+            raise ValueError(
+                f"vLLM 0.34.0's fused_moe_kernel does not compile on Triton {triton.__version__} "
+                f"with BLOCK_SIZE_N={call.config['BLOCK_SIZE_N']} dividing the weight block "
+                f"{list(call.block_shape)}: it broadcasts its one weight scale per tile with "
+                "b_scale[None, :], which this Triton refuses on a scalar (vLLM 0.34 pins "
+                "Triton 3.8)"
+            ) from exc
+        raise
+    return call.c
+
+
+# What Triton 3.9 says about 0.34's per-tile weight scale (`_scale_shortcut`).
+SCALAR_INDEX_ERROR = "too many indices for tensor of rank 0"
+
+
+def _scale_shortcut(call: GemmCall) -> bool:
+    """0.34 loads one weight scale per tile: block quantization with ``group_n`` a multiple
+    of BLOCK_SIZE_N (the kernel's ``group_n >= BLOCK_SIZE_N and group_n % BLOCK_SIZE_N == 0``)."""
+    if call.block_shape is None or not all(call.block_shape):
+        return False
+    group_n, block_n = call.block_shape[0], call.config["BLOCK_SIZE_N"]
+    return group_n >= block_n and group_n % block_n == 0
+
+
+def _launch(kernel: Any, call: GemmCall, prepared: Any, b_desc: Any, tma_b: bool) -> None:
+    a, w, c2 = call.a, call.w, call.c2
     kernel[prepared.grid](
         a,
         w,
@@ -215,4 +249,3 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         SPLIT_K=1,
         **prepared.meta,
     )
-    return call.c
