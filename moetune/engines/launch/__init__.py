@@ -368,9 +368,10 @@ def resolve_kernels(
 
 KERNEL_HELP = (
     "The kernel timed. auto: each engine's file on that engine's own fused_moe_kernel, "
-    "compiled from its installed source and launched as that release does (vLLM 0.33.0, "
-    "SGLang 0.5.23; the nearest for other releases), or moetune's twin where the engine "
-    "is not installed. vllm / sglang: that engine's kernel, or an error. moetune: the twin."
+    "compiled from its installed source and launched as that release does (vLLM 0.33.0 and "
+    "0.34.0, SGLang 0.5.23; another release as the nearest known one when its kernel's "
+    "interface is that one's), or moetune's twin where the engine is not installed or its "
+    "kernel changed. vllm / sglang: that engine's kernel, or an error. moetune: the twin."
 )
 
 
