@@ -176,9 +176,11 @@ def _hopper_or_blackwell() -> bool:
 @pytest.mark.skipif(not _hopper_or_blackwell(), reason="TMA-B runs on sm90/sm100 only (a GPU)")
 @pytest.mark.parametrize("M", [1, 8, 64, 512])
 @pytest.mark.parametrize("use_tma", [None, False])
-def test_0_34_tma_b_on_the_gpu_matches_the_reference(vllm, monkeypatch, M, use_tma) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("bn", [128, 256])
+def test_0_34_tma_b_on_the_gpu_matches_the_reference(vllm, monkeypatch, M, use_tma, bn) -> None:  # noqa: ANN001, E501
     """DeepSeek-V3-like block fp8 (E=16 of 256 for speed, N=256, K=7168): 0.34 reads the
-    weights through TMA unless the entry says ``USE_TMA: false``; both match the reference."""
+    weights through TMA unless the entry says ``USE_TMA: false``; both match the reference.
+    BLOCK_SIZE_N 128 takes 0.34's per-tile weight scale too (not on Triton 3.9: xfail)."""
     from moetune.engines.launch import vllm_0_34
 
     if vllm.version != "0.34.0":
@@ -189,11 +191,16 @@ def test_0_34_tma_b_on_the_gpu_matches_the_reference(vllm, monkeypatch, M, use_t
         vllm_0_34, "use_tma_b", lambda *a, **k: taken.append(rule(*a, **k)) or taken[-1]
     )
     gemm = EngineGemm(resolve_kernel("vllm", "vllm").kernel)
-    cfg = dict(config(bm=16 if M <= 64 else 64, bn=128, bk=128), num_stages=3)
+    cfg = dict(config(bm=16 if M <= 64 else 64, bn=bn, bk=128), num_stages=3)
     if use_tma is not None:
         cfg["USE_TMA"] = use_tma
     p = make_problem(M, 16, 256, 7168, 8, "fp8_w8a8", block_shape=(128, 128), device="cuda")
-    out = fused_moe(p.x, p.w1, p.w2, p.router_logits, 8, config=cfg, quant=p.quant, gemm=gemm)
+    try:
+        out = fused_moe(p.x, p.w1, p.w2, p.router_logits, 8, config=cfg, quant=p.quant, gemm=gemm)
+    except ValueError as exc:
+        if "does not compile on Triton" in str(exc):
+            pytest.xfail(str(exc))
+        raise
     ref = naive_fused_moe(p.x, p.w1, p.w2, p.router_logits, 8, quant=p.quant)
     result = compare(out, ref, "fp8_w8a8")
     assert result.ok, result
