@@ -50,10 +50,18 @@ def check_triton_version(
     is_flag=True,
     help="Look only in --compare-dir (ignore the env vars and installed engines).",
 )
+@click.option(
+    "--vllm-release",
+    metavar="X.Y.Z",
+    help="The vLLM release whose rules the vLLM file is checked by (default: the installed "
+    "vLLM's, else the newest moetune knows): which entry keys it accepts, whether it reads "
+    "a _down file.",
+)
 @click.option("json_", "--json", is_flag=True, help="Print JSON for scripts instead of text.")
 def check(
     engine: str,
     triton_version: str | None,
+    vllm_release: str | None,
     compare_dir: Path | None,
     compare_only: bool,
     json_: bool,
@@ -117,7 +125,7 @@ def check(
         report,
         engines,
         triton_version,
-        model,
+        dict(model, vllm_release=vllm_release),
         compare_dir=compare_dir,
         compare_only=compare_only,
     )
@@ -206,6 +214,8 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
                 echo(f"  _down file FOUND: {down.found}{picked}")
             else:
                 echo(f"  _down file {down.file_name} missing: {down.fallback}")
+            if item.down_note:
+                echo(f"  ({item.down_note})")
         if not item.present:
             action = "to replace it" if item.invalid else "to fill the gap"
             echo(f"  {action}: {item.tune_command}")

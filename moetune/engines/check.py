@@ -32,6 +32,8 @@ class EngineCheck:
     # with, and whether that kernel reads tuned files at all (mxfp4, nvfp4: no file exists).
     kernel_note: str | None = None
     needs_file: bool = True
+    # When the engine reads the `down` file (vLLM 0.34: one serving path only).
+    down_note: str | None = None
 
     @property
     def present(self) -> bool:
@@ -58,6 +60,7 @@ class EngineCheck:
             "needs_file": self.needs_file,
             "kernel_note": self.kernel_note,
             "down": None if self.down is None else self.down.to_dict(),
+            "down_note": self.down_note,
             "fallback_configs": {str(m): c for m, c in self.fallback.items()},
             "tune_command": self.tune_command,
         }
@@ -113,11 +116,35 @@ def check_engines(
     )
     checks = []
     for engine in engines:
+        down_note = None
         if engine == "vllm":
+            release, why = vllm.target_release(options.get("vllm_release"))
             found = vllm.lookup(
                 report.vllm_config_file, env=env, package_configs=vllm_package, extra_dirs=extra
             )
+            reading = why or f"checked as vLLM {release} reads it"
+            found = replace(found, notes=(*found.notes, reading))
+            found = checked_vllm(found, release)
             down = None
+            if vllm.reads_down_file(release, kernel.engine_dtype, kernel.block_shape):
+                down = vllm.lookup(
+                    vllm.down_file_name(report.vllm_config_file),
+                    env=env,
+                    package_configs=vllm_package,
+                    extra_dirs=extra,
+                )
+                down = checked_vllm(
+                    replace(down, fallback="vLLM runs the down GEMM on the up file's config"),
+                    release,
+                    down=True,
+                )
+                down_note = (
+                    f"vLLM {release} runs the down GEMM on it only with "
+                    f"{vllm.down_file_conditions(release)}; else on the up file"
+                    if vllm.down_file_used(release, local.hidden_size)
+                    else f"vLLM {release} reads it but runs the down GEMM on the up file "
+                    f"here: hidden size {local.hidden_size} < 4096"
+                )
             table = vllm.fallback_table(ENGINE_BATCH_SIZES, *dims)
         else:
             found, down = sglang.lookup_pair(
@@ -128,12 +155,13 @@ def check_engines(
                 extra_dirs=extra,
             )
             table = sglang.fallback_table(ENGINE_BATCH_SIZES, *dims)
-        found = checked(found, engine)
-        if down is not None:
-            down = checked(down, engine, down=True)
+        if engine != "vllm":
+            found = checked(found, engine)
+            if down is not None:
+                down = checked(down, engine, down=True)
         note, needs_file = _serving_kernel(report, engine, options)
         item = EngineCheck(
-            engine, found, down, table, tune_command(options, engine), note, needs_file
+            engine, found, down, table, tune_command(options, engine), note, needs_file, down_note
         )
         if item.invalid:  # `tune --install` replaces it only when told to
             item = replace(item, tune_command=tune_command(options, engine, overwrite=True))
@@ -147,6 +175,18 @@ def checked(lookup: Lookup, engine: str, *, down: bool = False) -> Lookup:
         return lookup
     try:
         read_table(lookup.found, engine, down=down)
+    except TunedConfigError as exc:
+        return replace(lookup, invalid=str(exc))
+    return lookup
+
+
+def checked_vllm(lookup: Lookup, release: str, *, down: bool = False) -> Lookup:
+    """`lookup` with `invalid` set when the file it found is no table vLLM `release` reads
+    (a key it does not accept stops it at start-up: `vllm.read_table_for`)."""
+    if lookup.found is None:
+        return lookup
+    try:
+        vllm.read_table_for(lookup.found, release, down=down)
     except TunedConfigError as exc:
         return replace(lookup, invalid=str(exc))
     return lookup

@@ -82,6 +82,7 @@ SGLANG_KERNELS_OPS = Layout(
 RELEASES: dict[str, dict[str, Layout]] = {
     "vllm": {
         "0.33.0": VLLM_FUSED_MOE,
+        "0.34.0": VLLM_FUSED_MOE,
     },
     "sglang": {
         "0.5.10": SGLANG_FUSED_MOE_TRITON,

@@ -1,6 +1,6 @@
 """vLLM's fused-MoE config lookup and its fallback config, ported (no vLLM import).
 
-Followed: vLLM 0.33.0 (read from its wheel), ``vllm/model_executor/layers/fused_moe/
+Followed: vLLM 0.33.0 and 0.34.0 (read from their wheels; 0.34 changed neither), ``vllm/model_executor/layers/fused_moe/
 fused_moe.py``: ``get_config_file_name``, ``get_moe_configs``, ``get_default_config``,
 ``try_get_optimal_moe_config``.
 
@@ -17,17 +17,28 @@ ported; ROCm's tiles and stages and the batch-invariant config are not.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from moetune.dtypes import DTYPES
-from moetune.engines.installed import InstalledEngine, find_installed
+from moetune.engines.formats import DOWN_SUFFIX
+from moetune.engines.installed import (
+    RELEASES,
+    InstalledEngine,
+    current_release,
+    find_installed,
+    version_key,
+)
 from moetune.engines.lookup import Block, Lookup, engine_fallback_table
 from moetune.engines.names import vllm_config_filename
+from moetune.engines.tables import TunedConfigError, check_table, parse_json
+from moetune.errors import MoetuneError
 
 ENGINE = "vllm"
-FOLLOWS = "vLLM 0.33.0"
+# get_default_config and the lookup are the same in both releases moetune knows.
+FOLLOWS = "vLLM 0.33.0 and 0.34.0"
 FOLDER_ENV = "VLLM_TUNED_CONFIG_FOLDER"
 # Set to a non-zero integer, vLLM skips tuned files (its batch-invariant mode).
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
@@ -155,6 +166,113 @@ def lookup(
         fallback=f"its get_default_config ({FOLLOWS}, ported)",
         notes=tuple(notes),
     )
+
+
+TMA_KEY = "USE_TMA"
+
+
+def _release(release: str) -> Any:
+    from moetune.engines.launch import release_module
+
+    return release_module(ENGINE, release)
+
+
+def target_release(
+    choice: str | None = None, find: Callable[[str], Any] | None = None
+) -> tuple[str, str | None]:
+    """The vLLM release a vLLM file is written and checked for, and a note when it is not
+    simply the installed one's.
+
+    `choice` (``--vllm-release``) wins; else the installed vLLM (the known release it
+    follows); else the newest release moetune knows, with a note saying so.
+    """
+    known = sorted(RELEASES[ENGINE], key=version_key)
+    if choice is not None:
+        if choice not in known:
+            raise MoetuneError(
+                f"--vllm-release {choice}: not a vLLM release moetune knows "
+                f"(known: {', '.join(known)})"
+            )
+        return choice, None
+    found = installed() if find is None else find(ENGINE)
+    if found is None:
+        newest, _ = current_release(ENGINE)
+        return newest, (
+            f"vLLM is not installed here: the vLLM file is for vLLM {newest}, the newest "
+            "release moetune knows (--vllm-release chooses another)"
+        )
+    return found.release, None
+
+
+def file_keys(release: str) -> frozenset[str]:
+    """The keys of a tuned entry vLLM `release` accepts (others stop it at start-up)."""
+    return _release(release).FILE_KEYS
+
+
+def down_file_conditions(release: str) -> str | None:
+    """When vLLM `release` runs the down GEMM on ``<name>_down.json``; None: never."""
+    return _release(release).DOWN_FILE_CONDITIONS
+
+
+def reads_down_file(release: str, dtype: str | None, block_shape: Block) -> bool:
+    """Whether vLLM `release` looks up a ``_down.json`` for this dtype at all (fp8 block
+    [128, 128]); whether it uses it depends on the serving path (`down_file_conditions`)."""
+    module = _release(release)
+    return (
+        module.DOWN_FILE_CONDITIONS is not None
+        and dtype == "fp8_w8a8"
+        and block_shape is not None
+        and tuple(block_shape) == module.DOWN_FILE_BLOCK
+    )
+
+
+def down_file_used(release: str, hidden_size: int) -> bool:
+    """Whether vLLM `release` can run the down GEMM on a ``_down.json`` at this hidden size."""
+    return hidden_size >= _release(release).DOWN_FILE_MIN_HIDDEN
+
+
+def down_file_name(name: str) -> str:
+    return name.removesuffix(".json") + DOWN_SUFFIX
+
+
+def read_table_for(path: Path, release: str, *, down: bool = False) -> dict[int, dict]:
+    """The vLLM tuned file at `path` as {batch size: entry}, checked as `release` reads it.
+
+    An entry key the release does not accept is named with what it does at start-up and
+    the fix; ``USE_TMA`` (0.34 on) must be a bool, and a ``_down`` table may hold guard
+    entries of ``USE_TMA`` alone. Raises `TunedConfigError` (one line naming `path`).
+    """
+    try:
+        payload = parse_json(Path(path).read_bytes(), str(path))
+    except OSError as exc:
+        raise TunedConfigError(
+            f"{path}: cannot read a tuned config: {exc.strerror or exc}"
+        ) from None
+    if not isinstance(payload, dict):
+        return check_table(payload, "vllm", str(path))  # raises: not a table
+    accepted = file_keys(release)
+    stripped: dict[str, Any] = {}
+    for key, entry in payload.items():
+        if not isinstance(entry, dict) or TMA_KEY not in entry:
+            stripped[key] = entry
+            continue
+        if TMA_KEY not in accepted:
+            raise TunedConfigError(
+                f'{path}: batch size {key}: config "{TMA_KEY}": vLLM {release} passes every '
+                "key of an entry to its kernel, so this file stops the server at start-up "
+                f'(Triton: "Keyword argument {TMA_KEY} was specified but unrecognised"); '
+                f"remove {TMA_KEY} from its entries, or run a vLLM that reads it (0.34.0 on)"
+            )
+        if not isinstance(entry[TMA_KEY], bool):
+            raise TunedConfigError(
+                f'{path}: batch size {key}: config "{TMA_KEY}": {entry[TMA_KEY]!r} is not '
+                "true or false"
+            )
+        rest = {name: value for name, value in entry.items() if name != TMA_KEY}
+        if rest or not down:
+            stripped[key] = rest
+    check_table(stripped, "vllm", str(path))
+    return {int(key): entry for key, entry in payload.items() if key.isdigit()}
 
 
 def _batch_invariant(value: str | None) -> bool:

@@ -191,7 +191,11 @@ def fused_experts(
     if gemm is None:
         gemm = gemm_launcher(quant)
     topk_weights = topk_weights.contiguous()
-    split = split_configs(config, down_config)
+    # An engine's kernel reads a tuned entry's keys as its release does (vLLM 0.34's
+    # USE_TMA is TMA-B on both GEMMs, SGLang's the split TMA layout).
+    split = (split_configs if engine_gemm is None else engine_gemm.split_configs)(
+        config, down_config
+    )
     if split.up_tma or split.down_tma:
         check_tma_request(quant_dtype, block_shape)  # before any launch
 

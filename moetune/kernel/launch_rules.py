@@ -1,4 +1,5 @@
-"""The twin kernel's launch rules, which are vLLM 0.33.0's (`moetune.engines.launch.vllm_0_33`).
+"""The twin kernel's launch rules, which are vLLM 0.33.0's (`moetune.engines.launch.vllm_0_33`)
+and, but for TMA-B, 0.34.0's (`moetune.engines.launch.vllm_0_34` reuses them).
 
 - expert assignment: the naive path (one block per token slot, no alignment) when
   ``M * top_k * 4 <= E``, except for int8/int4 w*a16 with a group;

@@ -61,6 +61,29 @@ def kernel_file(tmp_path: Path) -> Path:
     return path
 
 
+def stand_in_release(module, gained: str | None = None) -> str:  # noqa: ANN001
+    """A kernel file with the interface release `module` declares (its launcher reading
+    the declared config keys); `gained`: one more positional parameter after the first."""
+    interface = module.INTERFACE
+    parameters = [p.replace(": constexpr", ": tl.constexpr") for p in interface.parameters]
+    if gained:
+        parameters.insert(1, gained)
+    reads = "".join(f"    config.get({key!r})\n" for key in sorted(interface.config_keys))
+    return (
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        f"def {interface.kernel}({', '.join(parameters)}):\n    pass\n\n\n"
+        f"def {interface.launcher}(config):\n{reads}"
+    )
+
+
+@pytest.fixture
+def vllm_kernel_file(tmp_path: Path) -> Path:
+    """A stand-in of vLLM 0.33.0's kernel file: its kernel's and launcher's interface."""
+    path = tmp_path / "vllm_fused_moe.py"
+    path.write_text(stand_in_release(vllm_0_33))
+    return path
+
+
 def installed(version, release, source, root="/site/vllm"):  # noqa: ANN001, ANN201
     return SimpleNamespace(version=version, release=release, kernel_source=source, root=root)
 
@@ -94,7 +117,8 @@ def test_a_source_without_the_kernel_is_one_line(tmp_path: Path, text, expected)
     assert "\n" not in str(info.value)
 
 
-def test_auto_times_the_installed_engines_kernel(kernel_file: Path) -> None:
+def test_auto_times_the_installed_engines_kernel(vllm_kernel_file: Path) -> None:
+    kernel_file = vllm_kernel_file
     resolution = resolve_kernel(
         "auto", "vllm", lambda e: installed("0.33.0", "0.33.0", kernel_file)
     )
@@ -136,8 +160,8 @@ def test_the_sglang_twin_loads_moetunes_kernel_under_sglangs_launch() -> None:
     assert not gemm.naive_assignment(8, 256, "fp8_w8a8", (128, 128))  # SGLang always aligns
 
 
-def test_an_unknown_release_is_launched_as_the_nearest_known_one(kernel_file: Path) -> None:
-    find = lambda e: installed("0.33.2", "0.33.0", kernel_file)  # noqa: E731
+def test_an_unknown_release_is_launched_as_the_nearest_known_one(vllm_kernel_file: Path) -> None:
+    find = lambda e: installed("0.33.2", "0.33.0", vllm_kernel_file)  # noqa: E731
     resolution = resolve_kernel("auto", "vllm", find)
     assert resolution.kernel.release == "0.33.0" and resolution.kernel.version == "0.33.2"
     assert resolution.note == ("vLLM 0.33.2: its kernel is launched as vLLM 0.33.0 launches it")
@@ -271,7 +295,7 @@ def test_tune_kernel_vllm_without_vllm_is_one_line(capsys) -> None:  # noqa: ANN
     assert code == 1
     assert err.strip().splitlines()[-1] == (
         "Error: --kernel vllm: vLLM is not installed in this Python environment "
-        "(pip install --no-deps vllm==0.33.0: moetune reads its kernel's source, or use "
+        "(pip install --no-deps vllm==0.34.0: moetune reads its kernel's source, or use "
         "--kernel auto)"
     )
 
@@ -290,7 +314,7 @@ def stand_in_vllm(site: Path, kernel_text: str) -> None:
 
 
 def test_tune_plan_names_the_installed_engines_kernel(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    stand_in_vllm(tmp_path, STAND_IN_KERNEL)
+    stand_in_vllm(tmp_path, stand_in_release(vllm_0_33))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)  # find_spec reads it first
     result = CliRunner().invoke(

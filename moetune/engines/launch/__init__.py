@@ -27,11 +27,23 @@ from typing import Any
 from moetune.errors import MoetuneError
 
 KERNEL_CHOICES = ("auto", "vllm", "sglang", "moetune")
-# (engine, release) -> the module that knows how that release launches its kernel.
-RELEASES = {
-    ("vllm", "0.33.0"): "moetune.engines.launch.vllm_0_33",
-    ("sglang", "0.5.23"): "moetune.engines.launch.sglang_0_5_23",
-}
+
+
+def _release_modules() -> dict[tuple[str, str], str]:
+    """(engine, release) -> the module that knows how that release launches its kernel:
+    every module of this package that declares ``ENGINE`` and ``RELEASE`` (a release is
+    one module; nothing else registers it). They import no torch or triton at module level."""
+    import pkgutil
+
+    found = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "ENGINE") and hasattr(module, "RELEASE"):
+            found[(module.ENGINE, module.RELEASE)] = module.__name__
+    return found
+
+
+RELEASES = _release_modules()
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 # engine -> (the release its twin follows, the twin's module). vLLM's twin is moetune's
 # default kernel, launched by `invoke_fused_moe_gemm`: it is timed without a `KernelRef`.
@@ -89,10 +101,22 @@ def _twin_source(engine: str) -> str:
 def describe_twin(engine: str) -> str:
     """The plan's words for moetune's twin of `engine`'s kernel."""
     label = ENGINE_LABELS[engine]
+    release = TWINS[engine][0]
+    newest = known_releases(engine)[-1]
+    differs = ""
+    if newest != release:
+        # The newest release's kernel where the twin does not follow it (``TWIN_DIFFERS``).
+        differs = f"; {label} {newest}'s differs {release_module(engine, newest).TWIN_DIFFERS}"
     return (
-        f"moetune's twin of {label} {TWINS[engine][0]}'s fused_moe_kernel "
-        f"({_twin_source(engine)}; {label}'s own is timed where {label} is installed)"
+        f"moetune's twin of {label} {release}'s fused_moe_kernel "
+        f"({_twin_source(engine)}; {label}'s own is timed where {label} is installed{differs})"
     )
+
+
+def _version_key(version: str) -> Any:
+    from moetune.engines.installed import version_key
+
+    return version_key(version)
 
 
 # The engines run GPTQ/AWQ weight-only int4 in another Triton kernel, whose twin
@@ -143,7 +167,8 @@ def twin_ref(engine: str) -> KernelRef | None:
 
 
 def known_releases(engine: str) -> list[str]:
-    return [release for name, release in RELEASES if name == engine]
+    """The releases of `engine` moetune launches, oldest first."""
+    return sorted((release for name, release in RELEASES if name == engine), key=_version_key)
 
 
 def release_module(engine: str, release: str) -> Any:
@@ -162,13 +187,32 @@ class Resolution:
         return describe_kernel(self.kernel)
 
 
-def _twin(engine: str, why: str | None = None) -> Resolution:
-    """`engine`'s file on moetune's twin of its kernel; `why` the note to print, if any."""
+def _twin(engine: str, why: str | None = None, todo: str | None = None) -> Resolution:
+    """`engine`'s file on moetune's twin of its kernel; `why` the note to print, if any,
+    and `todo` what the user can do about it."""
     label = ENGINE_LABELS[engine]
     note = (
         None if why is None else f"{why}: the {label} file is tuned on moetune's twin of its kernel"
     )
+    if note is not None and todo:
+        note += f"; {todo}"
     return Resolution(engine, twin_ref(engine), note)
+
+
+def interface_change_at(module: Any, source: Path) -> str | None:
+    """How the kernel (and launcher) in the installed `source` differ from the interface
+    the release `module` declares (``INTERFACE``), or None: the same, or none declared."""
+    from moetune.engines.launch.interface import interface_change, read_interface
+    from moetune.engines.source import EngineSourceError
+
+    declared = getattr(module, "INTERFACE", None)
+    if declared is None:
+        return None
+    try:
+        installed = read_interface(source, declared.kernel, declared.launcher)
+    except EngineSourceError as exc:
+        return str(exc)
+    return interface_change(declared, installed)
 
 
 def resolve_kernel(
@@ -235,6 +279,18 @@ def resolve_kernel(
         if explicit:
             raise KernelChoiceError(f"--kernel {choice}: {exc}") from None
         return _twin(engine, str(exc))
+    change = interface_change_at(module, source)
+    if change:
+        why = (
+            f"{label} {version}'s {module.KERNEL} is not the one moetune's {label} {release} "
+            f"launch was written for ({change})"
+        )
+        if explicit:
+            raise KernelChoiceError(
+                f"--kernel {choice}: {why}; --kernel auto tunes on moetune's twin, or use a "
+                f"moetune that knows {label} {version}"
+            )
+        return _twin(engine, why, f"a moetune that knows {label} {version} times its own kernel")
     ref = KernelRef(target, version, release, str(source), file_digest(source))
     return Resolution(engine, ref, note)
 
@@ -263,6 +319,13 @@ class EngineGemm:
 
     def refusal(self, config: dict, quant_dtype: str | None) -> str | None:
         return self.release.refusal(config, quant_dtype)
+
+    def split_configs(self, config: dict, down_config: dict | None) -> Any:
+        """The two GEMMs' configs and TMA flags as this release reads a tuned entry
+        (`moetune.kernel.tma.SplitConfigs`; SGLang's reading unless the release has its own)."""
+        from moetune.kernel.tma import split_configs
+
+        return getattr(self.release, "split_configs", split_configs)(config, down_config)
 
     def __call__(self, a: Any, w: Any, c: Any, **launch: Any) -> Any:
         from moetune.engines.launch.common import GemmCall
@@ -305,9 +368,10 @@ def resolve_kernels(
 
 KERNEL_HELP = (
     "The kernel timed. auto: each engine's file on that engine's own fused_moe_kernel, "
-    "compiled from its installed source and launched as that release does (vLLM 0.33.0, "
-    "SGLang 0.5.23; the nearest for other releases), or moetune's twin where the engine "
-    "is not installed. vllm / sglang: that engine's kernel, or an error. moetune: the twin."
+    "compiled from its installed source and launched as that release does (vLLM 0.33.0 and "
+    "0.34.0, SGLang 0.5.23; another release as the nearest known one when its kernel's "
+    "interface is that one's), or moetune's twin where the engine is not installed or its "
+    "kernel changed. vllm / sglang: that engine's kernel, or an error. moetune: the twin."
 )
 
 

@@ -18,10 +18,13 @@ and ``utils.py``; the kernel itself is compiled from the installed file
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from moetune.dtypes import DTYPES
 from moetune.engines.launch.common import GemmCall, quant_constexprs
+from moetune.engines.launch.interface import KernelInterface
 from moetune.kernel.launch_rules import (
     NAIVE_SPARSITY,
     a_scale_strides,
@@ -36,8 +39,42 @@ from moetune.kernel.launch_rules import (
 ENGINE = "vllm"
 RELEASE = "0.33.0"
 KERNEL = "fused_moe_kernel"
+LAUNCHER = "invoke_fused_moe_triton_kernel"
 SOURCE = ("model_executor", "layers", "fused_moe", "fused_moe.py")
 __all__ = ["NAIVE_SPARSITY", "naive_assignment", "swap_ab", "refusal", "launch"]
+
+# What `launch` was written for: 0.33.0's kernel parameters, in order, and the config
+# keys its launcher reads (`moetune.engines.launch.interface`).
+KERNEL_PARAMETERS = (
+    "a_ptr", "b_ptr", "c_ptr", "b_bias_ptr", "a_scale_ptr", "b_scale_ptr",
+    "topk_weights_ptr", "sorted_token_ids_ptr", "expert_ids_ptr",
+    "num_tokens_post_padded_ptr", "N", "K", "EM", "num_valid_tokens",
+    "stride_am", "stride_ak", "stride_be", "stride_bk", "stride_bn", "stride_cm",
+    "stride_cn", "stride_asm", "stride_ask", "stride_bse", "stride_bsk", "stride_bsn",
+    "stride_bbe", "stride_bbn", "group_n: constexpr", "group_k: constexpr",
+    "naive_block_assignment: constexpr", "BLOCK_SIZE_M: constexpr",
+    "BLOCK_SIZE_N: constexpr", "BLOCK_SIZE_K: constexpr", "GROUP_SIZE_M: constexpr",
+    "SPLIT_K: constexpr", "MUL_ROUTED_WEIGHT: constexpr", "top_k: constexpr",
+    "compute_type: constexpr", "use_fp8_w8a8: constexpr", "use_int8_w8a8: constexpr",
+    "use_int8_w8a16: constexpr", "per_channel_quant: constexpr", "HAS_BIAS: constexpr",
+    "SWAP_AB: constexpr", "USE_TD: constexpr = False",
+)  # fmt: skip
+INTERFACE = KernelInterface(
+    kernel=KERNEL,
+    parameters=KERNEL_PARAMETERS,
+    launcher=LAUNCHER,
+    config_keys=frozenset({"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "SPLIT_K"}),
+)
+# The keys of a tuned entry this release accepts: it passes every other key to the
+# kernel as a keyword, which Triton refuses at start-up.
+FILE_KEYS = frozenset(
+    {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "SPLIT_K"}
+    | {"num_warps", "num_stages"}
+)
+# 0.33 reads no ``<name>_down.json``.
+DOWN_FILE_CONDITIONS = None
+DOWN_FILE_BLOCK = None
+DOWN_FILE_MIN_HIDDEN = None
 
 
 def refusal(config: dict, quant_dtype: str | None) -> str | None:
@@ -50,24 +87,38 @@ def refusal(config: dict, quant_dtype: str | None) -> str | None:
     return None
 
 
-def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = None) -> Any:
-    """Launch vLLM 0.33's `kernel` on `call` as its launcher does.
+@dataclass(frozen=True)
+class Prepared:
+    """What vLLM's launcher computes before the launch: the grid and the values it passes."""
 
-    ``call.sorted_token_ids`` None selects the naive path (``num_tokens_post_padded``
-    then holds ``M * top_k * BLOCK_SIZE_M`` and ``expert_ids`` the flat ``topk_ids``).
-    `capability` is the device's compute capability (None: not a CUDA device).
-    """
+    grid: tuple[int]
+    em: int
+    num_slots: int
+    block_k: int
+    a_scale: Any
+    swap_ab: bool
+    meta: dict  # the entry's other keys, passed to the kernel as keywords
+
+
+def prepare(
+    call: GemmCall,
+    capability: tuple[int, int] | None,
+    refuse: Callable[[dict, str | None], str | None] | None = None,
+    launch_keys: tuple[str, ...] = ("BLOCK_SIZE_K", "SPLIT_K"),
+) -> Prepared:
+    """The grid, EM, clamped BLOCK_SIZE_K, A's scale and SWAP_AB as vLLM 0.33's launcher
+    computes them (0.34's alike). `refuse` is the release's `refusal`; `launch_keys` the
+    entry's keys the launcher consumes itself (the others go to the kernel as keywords).
+    Raises ValueError where the release cannot run `call`, SGLang's TMA layout included."""
     import triton
 
     config, quant_dtype, block_shape = call.config, call.quant_dtype, call.block_shape
-    reason = refusal(config, quant_dtype) or (
-        "vLLM's fused_moe_kernel has no TMA path"
-        if call.a_use_tma or call.w_use_tma or call.c_sorted
-        else None
-    )
+    reason = (refuse or refusal)(config, quant_dtype)
+    if reason is None and (call.a_use_tma or call.w_use_tma or call.c_sorted):
+        reason = "vLLM's launcher takes no SGLang TMA layout (TMA operands, a sorted C)"
     if reason:
         raise ValueError(reason)
-    a, w, c2, n, k = call.a, call.w, call.c2, call.n, call.k
+    a = call.a
     num_slots = a.shape[0] * call.top_k
     bm = config["BLOCK_SIZE_M"]
     em = grid_rows(call.sorted_token_ids, num_slots, a.shape[0], call.top_k, bm)
@@ -77,38 +128,56 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
     a_scale = call.a_scale
     if a_scale is not None and a_scale.ndim == 0:
         a_scale = a_scale.reshape(1)
-    meta = {key: value for key, value in config.items() if key not in ("BLOCK_SIZE_K", "SPLIT_K")}
-    grid = (triton.cdiv(em, bm) * triton.cdiv(n, config["BLOCK_SIZE_N"]),)
-    kernel[grid](
+    return Prepared(
+        grid=(triton.cdiv(em, bm) * triton.cdiv(call.n, config["BLOCK_SIZE_N"]),),
+        em=em,
+        num_slots=num_slots,
+        block_k=block_k,
+        a_scale=a_scale,
+        swap_ab=swap_ab(config, quant_dtype, capability),
+        meta={key: value for key, value in config.items() if key not in launch_keys},
+    )
+
+
+def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = None) -> Any:
+    """Launch vLLM 0.33's `kernel` on `call` as its launcher does.
+
+    ``call.sorted_token_ids`` None selects the naive path (``num_tokens_post_padded``
+    then holds ``M * top_k * BLOCK_SIZE_M`` and ``expert_ids`` the flat ``topk_ids``).
+    `capability` is the device's compute capability (None: not a CUDA device).
+    """
+    prepared = prepare(call, capability)
+    a, w, c2 = call.a, call.w, call.c2
+    kernel[prepared.grid](
         a,
         w,
         c2,
         None,
-        a_scale,
+        prepared.a_scale,
         call.w_scale,
         call.topk_weights,
         call.sorted_token_ids,
         call.expert_ids,
         call.num_tokens_post_padded,
-        n,
-        k,
-        em,
-        num_slots,
+        call.n,
+        call.k,
+        prepared.em,
+        prepared.num_slots,
         *operand_strides(a, w),
         c2.stride(0),
         c2.stride(1),
-        *a_scale_strides(a_scale),
+        *a_scale_strides(prepared.a_scale),
         *w_scale_strides(call.w_scale),
         0,
         0,
-        *group_shape(block_shape),
+        *group_shape(call.block_shape),
         **quant_constexprs(call),
         naive_block_assignment=call.sorted_token_ids is None,
         HAS_BIAS=False,
-        BLOCK_SIZE_K=block_k,
-        SWAP_AB=swap_ab(config, quant_dtype, capability),
+        BLOCK_SIZE_K=prepared.block_k,
+        SWAP_AB=prepared.swap_ab,
         USE_TD=False,
         SPLIT_K=1,
-        **meta,
+        **prepared.meta,
     )
     return call.c
