@@ -198,7 +198,7 @@ def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys):
     assert code == 0, out
     assert out.count("reads no Triton config file: nothing to tune") == 2
     assert "to fill the gap" not in out and "MISSING" not in out
-    assert "No engine is missing a file it reads (exit status 0)." in out
+    assert "Nothing to tune: no engine reads a tuned Triton file here (exit status 0)." in out
 
 
 def test_mxfp4_checkpoint_with_a_dtype_override_still_looks_the_file_up(capsys):

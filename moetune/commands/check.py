@@ -121,6 +121,7 @@ def check(
         compare_dir=compare_dir,
         compare_only=compare_only,
     )
+    checks = [_follow_backend(report, item, model) for item in checks]
     present = all(item.present for item in checks)
     if json_:
         local = report.sharded
@@ -142,8 +143,13 @@ def check(
                     "device_name_source": report.device.source,
                     "triton_version": triton_version,
                     "triton_version_source": triton_source,
+                    "gpu_family": report.gpu_family,
                     "all_present": present,
-                    "engines": [item.to_dict() for item in checks],
+                    "nothing_to_tune": not any(item.needs_file for item in checks),
+                    "engines": [
+                        {**item.to_dict(), "backend": _backend_dict(report, item.engine)}
+                        for item in checks
+                    ],
                     "notes": list(report.notes),
                 },
                 indent=2,
@@ -153,6 +159,28 @@ def check(
         _print(report, checks, triton_version, triton_source)
     if not present:
         raise click.exceptions.Exit(EXIT_MISSING)
+
+
+def _follow_backend(report: Any, item: Any, options: dict[str, Any]) -> Any:
+    """`item` with no file needed where the engine's default backend for these experts on
+    this GPU reads no tuned Triton file (moetune/data/backends.yaml): nothing to tune.
+
+    Under ``--dtype auto`` only: an explicit --dtype asks about that kernel's file.
+    """
+    from dataclasses import replace
+
+    choice = report.backend_for(item.engine)
+    if not item.needs_file or choice is None or choice.reads_files:
+        return item
+    if options.get("dtype", "auto") != "auto":
+        return item
+    note = f"{choice.summary()}: nothing to tune ({choice.citation})"
+    return replace(item, needs_file=False, kernel_note=note)
+
+
+def _backend_dict(report: Any, engine: str) -> dict[str, Any] | None:
+    choice = report.backend_for(engine)
+    return None if choice is None else choice.to_dict()
 
 
 def _print(report: Any, checks: list, triton_version: str | None, triton_source: str) -> None:
@@ -184,6 +212,9 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
             echo(f"    {number}. {path}{mark}")
         for note in lookup.notes:
             echo(f"  ({note})")
+        choice = report.backend_for(item.engine)
+        if choice is not None and item.needs_file:
+            echo(f"  backend: {choice.summary()} ({choice.citation})")
         if item.kernel_note:
             echo(f"  note: {item.kernel_note}")
         if not item.needs_file:
@@ -219,5 +250,7 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
         echo(f"{'; '.join(parts)} (exit status 4).")
     elif all(item.needs_file for item in checks):
         echo("Every engine has its file (exit status 0).")
+    elif not any(item.needs_file for item in checks):
+        echo("Nothing to tune: no engine reads a tuned Triton file here (exit status 0).")
     else:
         echo("No engine is missing a file it reads (exit status 0).")

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from moetune.dtypes import engine_file_n
+from moetune.engines import backends as engine_backends
 from moetune.engines import names
+from moetune.engines.backends import BackendChoice, gpu_family, load_table, release_to_follow
 from moetune.engines.formats import engine_label
 from moetune.engines.names import KernelDtype, resolve_kernel_dtype
+from moetune.extract.backend_case import serving_backends
 from moetune.extract.evaluate import extract_shape
 from moetune.extract.mappings import load_registry
 from moetune.extract.quant import (
@@ -57,6 +60,17 @@ class ExtractReport:
     quant: QuantInfo | None = None
     # Per quantization group covering experts: engine -> its kernel and file.
     engine_plans: dict[str, dict[str, EnginePlan]] | None = None
+    # The backend table's family of the device (None: neither Hopper nor Blackwell), and
+    # each engine's default backend for these experts on every family of the table.
+    gpu_family: str | None = None
+    backends: tuple[BackendChoice, ...] = ()
+
+    def backend_for(self, engine: str) -> BackendChoice | None:
+        """The backend `engine` runs for these experts on this report's GPU (None: unknown)."""
+        return next(
+            (c for c in self.backends if c.engine == engine and c.family == self.gpu_family),
+            None,
+        )
 
     @property
     def sglang_config_dir(self) -> str:
@@ -96,6 +110,8 @@ class ExtractReport:
             "sglang_config_dir": self.sglang_config_dir,
             "triton_version": self.triton_version,
             "quantization": self._quant_dict(),
+            "gpu_family": self.gpu_family,
+            "backends": [choice.to_dict() for choice in self.backends],
             "notes": list(self.notes),
         }
 
@@ -173,6 +189,12 @@ def build_report(
     plans = None
     if quant is not None:
         plans = {group.name: engine_plan(group, *args) for group in quant.groups if group.scheme}
+    releases = {
+        engine: release_to_follow(engine, engine_backends.installed_version(engine))
+        for engine in ("vllm", "sglang")
+    }
+    backends = serving_backends(extraction, local, quant, releases)
+    family = gpu_family(device.name)
     return ExtractReport(
         model=model,
         loaded=loaded,
@@ -192,9 +214,11 @@ def build_report(
             kernel_dtype.block_shape,
             per_channel_quant=kernel_dtype.per_channel,
         ),
-        notes=_notes(extraction, local, kernel_dtype, device, quant),
+        notes=_notes(extraction, local, kernel_dtype, device, quant, family),
         quant=quant,
         engine_plans=plans,
+        gpu_family=family,
+        backends=backends,
     )
 
 
@@ -204,6 +228,7 @@ def _notes(
     kernel_dtype: KernelDtype,
     device: DeviceName,
     quant: QuantInfo | None = None,
+    family: str | None = None,
 ) -> tuple[str, ...]:
     # The evaluator already explains guessed values and transformers defaults.
     notes = list(extraction.notes)
@@ -214,6 +239,12 @@ def _notes(
         notes.extend(quant.notes)
         if quant.experts is not None:
             notes.extend(quant.experts.notes)
+    if family is None:
+        families = " and ".join(spec["label"] for spec in load_table().families.values())
+        notes.append(
+            f"{device.name} is not a GPU of moetune's backend table ({families}): which "
+            "backend each engine runs for these experts on it is not known"
+        )
     few = fewer_experts_note(local)
     if few:
         notes.append(few)
@@ -278,4 +309,23 @@ def _plan_lines(engine: str, plan: EnginePlan) -> list[str]:
             lines.append(f"            not written by tune: {plan.why_not}")
     else:
         lines.append("            no Triton config file for this kernel")
+    return lines
+
+
+def backend_lines(report: ExtractReport) -> list[str]:
+    """The `Backend` section of `moetune extract`: each engine's default MoE backend for
+    these experts, per GPU family, the report's own family marked."""
+    lines = []
+    for engine in ("vllm", "sglang"):
+        choices = [c for c in report.backends if c.engine == engine]
+        if not choices:
+            continue
+        first = choices[0]
+        lines.append(f"{engine_label(engine)} {first.release} ({first.release_source})")
+        for choice in choices:
+            reads = "reads the tuned files" if choice.reads_files else "reads no tuned file"
+            mark = f"  <- {report.device.name}" if choice.family == report.gpu_family else ""
+            lines.append(f"  {choice.family_label:<25} {choice.label}: {reads}{mark}")
+            if choice.note:
+                lines.append(f"  {'':<25} ({choice.note})")
     return lines
