@@ -218,13 +218,16 @@ def test_mxfp4_checkpoint_with_a_dtype_override_still_looks_the_file_up(capsys):
 
 
 def test_gptq_checkpoint_names_the_default_kernel_and_the_triton_path(capsys):
+    # Marlin serves GPTQ experts by default: nothing reads the file unless the user
+    # switches to the Triton path, which the note names.
     args = ("check", "-m", "Qwen/Qwen3-30B-A3B-GPTQ-Int4", "--engine", "vllm", "--json")
     code, out, _ = run(capsys, *args, "--device-name", "NVIDIA H200")
-    assert code == 4
+    assert code == 0
     (vllm_check,) = json.loads(out)["engines"]
-    assert vllm_check["needs_file"] is True
-    assert "does not read this file" in vllm_check["kernel_note"]
-    assert "moe_wna16" in vllm_check["kernel_note"]
+    assert vllm_check["needs_file"] is False
+    assert "Marlin, reads no tuned file: nothing to tune" in vllm_check["kernel_note"]
+    assert "Triton path: --quantization moe_wna16" in vllm_check["kernel_note"]
+    assert vllm_check["backend"]["backend"] == "marlin"
 
 
 def test_a_file_that_is_not_json_is_invalid_not_found(capsys, monkeypatch, tmp_path):
@@ -272,3 +275,60 @@ def test_a_table_the_engine_cannot_read_is_invalid_and_so_is_its_down_table(
     (folder / NAME).write_text(json.dumps({"²": ROW}))
     code, out, _ = run(capsys, *args)
     assert code == 4 and f'  INVALID: {folder / NAME}: key "²" is not a batch size' in out
+
+
+KIMI_K25_INT4 = str(Path(__file__).parent / "fixtures" / "configs" / "kimi_k25_int4.json")
+
+
+@pytest.fixture
+def current_releases(monkeypatch):
+    from moetune.engines import backends
+
+    monkeypatch.setattr(backends, "installed_version", lambda engine: None)
+
+
+@pytest.mark.parametrize(
+    ("device", "vllm_backend"),
+    [("NVIDIA H200", "Marlin"), ("NVIDIA B200", "FlashInfer TRT-LLM")],
+)
+def test_kimi_k25_int4_has_nothing_to_tune(capsys, current_releases, device, vllm_backend):
+    # Marlin (or FlashInfer's MxInt4 on Blackwell) serves its experts: no engine reads the
+    # int4_w4a16 Triton file, so there is nothing to tune and the exit status is 0.
+    code, out, _ = run(capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--device-name", device)
+    assert code == 0, out
+    assert f"vLLM 0.34.0 on {'Hopper' if 'H200' in device else 'Blackwell'}" in out
+    assert f": {vllm_backend}, reads no tuned file: nothing to tune" in out
+    assert "SGLang 0.5.23 on" in out and ": Marlin, reads no tuned file" in out
+    assert "MISSING" not in out and "to fill the gap" not in out
+    assert "Nothing to tune: no engine reads a tuned Triton file here (exit status 0)." in out
+
+
+def test_kimi_k25_int4_json_says_nothing_to_tune(capsys, current_releases):
+    code, out, _ = run(capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["nothing_to_tune"] is True and data["gpu_family"] == "hopper"
+    assert [e["backend"]["backend"] for e in data["engines"]] == ["marlin", "marlin"]
+
+
+def test_block_fp8_on_blackwell_vllm_reads_no_file_but_hopper_does(capsys, current_releases):
+    args = ("check", "-m", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--engine", "vllm")
+    code, out, _ = run(capsys, *args, "--device-name", "NVIDIA B200")
+    assert code == 0, out
+    assert "vLLM 0.34.0 on Blackwell (sm100 family): FlashInfer TRT-LLM" in out
+    code, out, _ = run(capsys, *args, "--device-name", "NVIDIA H200")
+    assert code == 4
+    assert "backend: vLLM 0.34.0 on Hopper (sm90): Triton fused_moe, reads the tuned" in out
+    assert "MISSING" in out
+
+
+def test_the_installed_release_is_the_one_named(capsys, monkeypatch):
+    from moetune.engines import backends
+
+    monkeypatch.setattr(backends, "installed_version", lambda engine: "0.33.0")
+    code, out, _ = run(
+        capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--engine", "vllm", "--json"
+    )
+    assert code == 0
+    backend = json.loads(out)["engines"][0]["backend"]
+    assert (backend["release"], backend["release_source"]) == ("0.33.0", "installed")

@@ -175,7 +175,19 @@ def _follow_backend(report: Any, item: Any, options: dict[str, Any]) -> Any:
     if options.get("dtype", "auto") != "auto":
         return item
     note = f"{choice.summary()}: nothing to tune ({choice.citation})"
+    switch = _triton_switch(report, item.engine)
+    if switch:
+        note += f"; the file is read only on the Triton path: {switch}"
     return replace(item, needs_file=False, kernel_note=note)
+
+
+def _triton_switch(report: Any, engine: str) -> str | None:
+    """How to make `engine` run the Triton kernel for these experts (quant_rules.yaml)."""
+    quant, plans = report.quant, report.engine_plans or {}
+    if quant is None or quant.experts is None:
+        return None
+    plan = plans.get(quant.experts.name, {}).get(engine)
+    return plan.triton if plan is not None and plan.file_name else None
 
 
 def _backend_dict(report: Any, engine: str) -> dict[str, Any] | None:
