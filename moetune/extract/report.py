@@ -214,7 +214,8 @@ def build_report(
             kernel_dtype.block_shape,
             per_channel_quant=kernel_dtype.per_channel,
         ),
-        notes=_notes(extraction, local, kernel_dtype, device, quant, family),
+        notes=_notes(extraction, local, kernel_dtype, device, quant, family)
+        + _second_shape_notes(loaded.config, extraction),
         quant=quant,
         engine_plans=plans,
         gpu_family=family,
@@ -260,6 +261,27 @@ def _notes(
             "the fused ones); moetune does not guess whether it does"
         )
     return tuple(notes)
+
+
+def _second_shape_notes(config: dict[str, Any], extraction: Extraction) -> tuple[str, ...]:
+    """A note where the expert size was read as ``field[0]`` of a list whose other items
+    differ: a second MoE shape (ERNIE-4.5-VL's vision experts) that moetune leaves out."""
+    source = extraction.sources.get("intermediate_size", "")
+    if not source.endswith("[0]"):
+        return ()
+    node: Any = config
+    for part in source[: -len("[0]")].split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, list) or len(set(map(str, node))) < 2:
+        return ()
+    field = source[: -len("[0]")]
+    others = ", ".join(f"{field}[{i}] = {v}" for i, v in enumerate(node) if i and v != node[0])
+    return (
+        f"{field} is {node}: a second MoE shape ({others}; ERNIE-4.5-VL's vision experts, "
+        "which vLLM's and SGLang's ernie45_vl_moe also build as FusedMoE layers, so they run "
+        "the Triton kernel too) is left out: moetune extracts and tunes [0] only; tune the "
+        f"other with --mappings, an entry reading intermediate_size: {field}[1]",
+    )
 
 
 def quant_lines(report: ExtractReport) -> list[str]:

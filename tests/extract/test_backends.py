@@ -217,3 +217,25 @@ def test_a_row_naming_an_unknown_backend_is_one_line(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InvalidMappingsError, match="unknown backend 'cuda_magic'"):
         load_table(str(path))
+
+
+def test_ernie_45_vl_says_its_vision_experts_are_left_out():
+    # Real released config: moe_intermediate_size [1536, 512] is [text, vision]; both are
+    # FusedMoE layers in vLLM's and SGLang's ernie45_vl_moe.
+    report = build_report("baidu/ERNIE-4.5-VL-28B-A3B-PT", device_name=HOPPER)
+    assert report.extraction.shape.intermediate_size == 1536
+    (note,) = [n for n in report.notes if "second MoE shape" in n]
+    assert "moe_intermediate_size[1] = 512" in note and "vision experts" in note
+
+
+def test_a_list_of_equal_sizes_is_no_second_shape(tmp_path):
+    config = json.loads(
+        (Path(__file__).resolve().parents[2] / "moetune" / "catalog")
+        .joinpath("baidu__ERNIE-4.5-VL-28B-A3B-PT.json")
+        .read_text()
+    )
+    config["moe_intermediate_size"] = [1536, 1536]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    report = build_report(str(path), device_name=HOPPER)
+    assert not any("second MoE shape" in n for n in report.notes)
