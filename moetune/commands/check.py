@@ -72,9 +72,14 @@ def check(
     is not a batch size, a value out of range...) is shown as INVALID, with the
     file, the key and what is wrong.
 
+    Each engine's default MoE backend for the checkpoint, layout and GPU family
+    (Hopper, Blackwell) is named, for the installed release, else the current
+    one. Where it reads no tuned Triton file (Marlin, FlashInfer, CUTLASS...),
+    the engine needs none: nothing to tune.
+
     \b
-    Exit status: 0 every engine has a usable file; 4 an engine's file is
-    missing or INVALID (a missing SGLang _down file alone does not count:
+    Exit status: 0 every engine has a usable file or reads none; 4 an engine's
+    file is missing or INVALID (a missing SGLang _down file alone does not count:
     SGLang reuses the up config; an invalid one does).
 
     \b
