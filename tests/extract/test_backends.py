@@ -64,6 +64,10 @@ def backend(model, device, engine, **layout):
         ("deepseek-ai/DeepSeek-V3", {"tp": 8, "ep": True}, HOPPER, "sglang", "triton"),
         ("Qwen/Qwen3-30B-A3B-FP8", {"tp": 2}, BLACKWELL, "vllm", "flashinfer_trtllm"),
         ("Qwen/Qwen3-30B-A3B-FP8", {"tp": 2}, BLACKWELL, "sglang", "flashinfer_trtllm"),
+        # fp8 per-tensor with static activation scales: FlashInfer in vLLM, Triton in SGLang.
+        ("mistralai/Mistral-Small-4-119B-2603", {"tp": 2}, HOPPER, "vllm", "flashinfer_cutlass"),
+        ("mistralai/Mistral-Small-4-119B-2603", {"tp": 2}, BLACKWELL, "vllm", "flashinfer_trtllm"),
+        ("mistralai/Mistral-Small-4-119B-2603", {"tp": 2}, HOPPER, "sglang", "triton"),
         # weight-only int4: Marlin.
         ("Qwen/Qwen3-30B-A3B-GPTQ-Int4", {}, HOPPER, "vllm", "marlin"),
         ("Qwen/Qwen3-30B-A3B-GPTQ-Int4", {}, HOPPER, "sglang", "marlin"),
