@@ -163,7 +163,9 @@ def test_vllm_unquantized_demotes_flashinfer_on_hopper_and_for_swigluoai(vllm_in
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.List)
     ]
     cuda = next(order for order in lists if "FLASHINFER_TRTLLM" in order)
-    assert cuda.index("FLASHINFER_TRTLLM") < cuda.index("TRITON")
+    # TRT-LLM, then CUTLASS (where TRT-LLM rejects the layer), then Triton.
+    assert cuda.index("FLASHINFER_TRTLLM") < cuda.index("FLASHINFER_CUTLASS")
+    assert cuda.index("FLASHINFER_CUTLASS") < cuda.index("TRITON")
 
 
 def test_vllm_flashinfer_bf16_takes_at_most_2048_experts(vllm_installed):

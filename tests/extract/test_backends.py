@@ -243,3 +243,13 @@ def test_a_list_of_equal_sizes_is_no_second_shape(tmp_path):
     path.write_text(json.dumps(config))
     report = build_report(str(path), device_name=HOPPER)
     assert not any("second MoE shape" in n for n in report.notes)
+
+
+def test_vllm_blackwell_bf16_past_2048_experts_goes_to_flashinfer_cutlass_not_triton():
+    # TRT-LLM rejects more than 2048 experts; FLASHINFER_CUTLASS is next in the CUDA list.
+    many = Deployment(case="unquantized", family="blackwell", num_experts=4096)
+    assert choose("vllm", many, "0.34.0", "test").backend == "flashinfer_cutlass"
+    few = Deployment(case="unquantized", family="blackwell", num_experts=2048)
+    assert choose("vllm", few, "0.34.0", "test").backend == "flashinfer_trtllm"
+    oai = Deployment(case="unquantized", family="blackwell", architecture="GptOssForCausalLM")
+    assert choose("vllm", oai, "0.34.0", "test").backend == "triton"
