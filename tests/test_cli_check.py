@@ -287,20 +287,30 @@ def current_releases(monkeypatch):
     monkeypatch.setattr(backends, "installed_version", lambda engine: None)
 
 
-@pytest.mark.parametrize(
-    ("device", "vllm_backend"),
-    [("NVIDIA H200", "Marlin"), ("NVIDIA B200", "FlashInfer TRT-LLM")],
-)
-def test_kimi_k25_int4_has_nothing_to_tune(capsys, current_releases, device, vllm_backend):
-    # Marlin (or FlashInfer's MxInt4 on Blackwell) serves its experts: no engine reads the
-    # int4_w4a16 Triton file, so there is nothing to tune and the exit status is 0.
-    code, out, _ = run(capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--device-name", device)
+def test_kimi_k25_int4_has_nothing_to_tune_on_hopper(capsys, current_releases):
+    # Marlin serves its experts in both engines: no engine reads the int4_w4a16 Triton
+    # file, so there is nothing to tune and the exit status is 0.
+    code, out, _ = run(
+        capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--device-name", "NVIDIA H200"
+    )
     assert code == 0, out
-    assert f"vLLM 0.34.0 on {'Hopper' if 'H200' in device else 'Blackwell'}" in out
-    assert f": {vllm_backend}, reads no tuned file: nothing to tune" in out
-    assert "SGLang 0.5.23 on" in out and ": Marlin, reads no tuned file" in out
+    assert "vLLM 0.34.0 on Hopper (sm90): Marlin, reads no tuned file: nothing to tune" in out
+    assert "SGLang 0.5.23 on Hopper (sm90): Marlin, reads no tuned file: nothing to tune" in out
     assert "MISSING" not in out and "to fill the gap" not in out
     assert "Nothing to tune: no engine reads a tuned Triton file here (exit status 0)." in out
+
+
+def test_kimi_k25_int4_on_blackwell_only_sglang_reads_a_file(capsys, current_releases):
+    # vLLM: FlashInfer's MxInt4 TRT-LLM kernel. SGLang 0.5.23 on sm100 runs symmetric int4
+    # group 32 compressed-tensors experts on its Triton WNA16 runner: that file is read.
+    args = ("check", "-m", KIMI_K25_INT4, "--tp", "8", "--device-name", "NVIDIA B200")
+    code, out, _ = run(capsys, *args)
+    assert code == 4, out
+    assert "vLLM 0.34.0 on Blackwell (sm100 family): FlashInfer TRT-LLM, reads no tuned" in out
+    assert "backend: SGLang 0.5.23 on Blackwell (sm100 family): Triton fused_moe" in out
+    assert "does not read this file" not in out
+    assert "to fill the gap: moetune tune" in out and "--engine sglang" in out
+    assert "Missing for SGLang (exit status 4)." in out
 
 
 def test_kimi_k25_int4_json_says_nothing_to_tune(capsys, current_releases):

@@ -175,6 +175,10 @@ def _follow_backend(report: Any, item: Any, options: dict[str, Any]) -> Any:
     from dataclasses import replace
 
     choice = report.backend_for(item.engine)
+    if choice is not None and choice.reads_files and item.needs_file:
+        # The table knows this GPU: its backend reads the file, whatever the quantization
+        # rules say of the engine's usual kernel for the checkpoint.
+        return replace(item, kernel_note=None)
     if not item.needs_file or choice is None or choice.reads_files:
         return item
     if options.get("dtype", "auto") != "auto":

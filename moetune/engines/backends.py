@@ -54,6 +54,7 @@ class Deployment:
     bits: int | None = None
     group_size: int | None = None
     zero_point: bool | None = None
+    desc_act: bool | None = None  # act-order (GPTQ desc_act, compressed-tensors actorder)
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,10 @@ def _fits(when: dict[str, Any], deployment: Deployment) -> bool:
     for key in ("bits", "group_size", "zero_point"):
         if key in when and getattr(deployment, key) != when[key]:
             return False
+    if "group_sizes" in when and deployment.group_size not in when["group_sizes"]:
+        return False
+    if "desc_act" in when and bool(deployment.desc_act) != when["desc_act"]:
+        return False
     return True
 
 

@@ -67,6 +67,7 @@ def deployment(
         bits=experts.bits if experts else None,
         group_size=experts.group_size if experts else None,
         zero_point=experts.zero_point if experts else None,
+        desc_act=experts.desc_act if experts else None,
     )
 
 

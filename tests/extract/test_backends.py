@@ -104,8 +104,35 @@ def test_kimi_k25_int4_runs_on_marlin_or_trtllm_never_triton():
     assert backend(model, BLACKWELL, "vllm", tp=8).backend == "flashinfer_trtllm"
     assert backend(model, BLACKWELL, "vllm", tp=8, ep=True).backend == "marlin"
     assert backend(model, HOPPER, "sglang", tp=8).backend == "marlin"
+    # SGLang 0.5.23 on sm100: its Triton WNA16 runner (symmetric int4, group 32).
+    assert backend(model, BLACKWELL, "sglang", tp=8).backend == "triton"
     report = build_report(model, tp=8, device_name=HOPPER)
-    assert not any(choice.reads_files for choice in report.backends)
+    assert not any(c.reads_files for c in report.backends if c.family == "hopper")
+
+
+@pytest.mark.parametrize(
+    ("group_size", "zero_point", "desc_act", "expected"),
+    [
+        (32, False, None, "triton"),
+        (128, False, False, "triton"),
+        (64, False, None, "marlin"),  # the Triton WNA16 runner takes group 32 or 128 only
+        (128, True, None, "marlin"),  # asymmetric
+        (128, False, True, "marlin"),  # act-order
+    ],
+)
+def test_sglang_blackwell_compressed_tensors_w4a16(group_size, zero_point, desc_act, expected):
+    target = Deployment(
+        case="wna16",
+        family="blackwell",
+        quant_method="compressed-tensors",
+        bits=4,
+        group_size=group_size,
+        zero_point=zero_point,
+        desc_act=desc_act,
+    )
+    assert choose("sglang", target, "0.5.23", "test").backend == expected
+    gptq = Deployment(**{**target.__dict__, "quant_method": "gptq"})
+    assert choose("sglang", gptq, "0.5.23", "test").backend == "marlin"
 
 
 def test_deepseek_v4_flash_fp4_experts_are_not_the_fp8_block_triton_path():
