@@ -203,20 +203,17 @@ def test_vllm_fp4_experts_go_to_flashinfer_then_marlin(vllm_installed):
     assert _defined(tree, "select_deepseek_v4_mxfp4_moe_backend")
 
 
-def test_sglang_blackwell_overrides_name_the_table_s_architectures(sglang_installed):
-    """The architectures of the SGLang rows are those its sm100 overrides register."""
-    folder = "srt/arg_groups/model_overrides"
-    registered: dict[str, set[str]] = {}
-    for name in ("qwen3_moe.py", "glm4_moe.py", "llama4.py", "nemotron_h.py"):
-        tree = _tree(sglang_installed.root, f"{folder}/{name}")
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_register_for":
-                registered.setdefault(name, set()).update(
-                    a.value for a in node.args if isinstance(a, ast.Constant)
-                )
+def test_sglang_override_rows_name_the_architectures_their_override_registers(sglang_installed):
+    """Each SGLang row keyed on architectures cites a model override: the architectures
+    are those it registers (`_register_for`)."""
     rows = load_table().rows("sglang", sglang_installed.version)
     for row in rows:
-        if row["backend"] != "flashinfer_trtllm" or "architectures" not in row.get("when", {}):
+        if "architectures" not in row.get("when", {}):
             continue
-        cited = row["source"].split("::")[0].rsplit("/", 1)[-1]
-        assert set(row["when"]["architectures"]) == registered[cited], row["source"]
+        cited = row["source"].split("::")[0]
+        assert cited.startswith("srt/arg_groups/model_overrides/"), row["source"]
+        registered: set[str] = set()
+        for node in ast.walk(_tree(sglang_installed.root, cited)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_register_for":
+                registered.update(a.value for a in node.args if isinstance(a, ast.Constant))
+        assert set(row["when"]["architectures"]) == registered, row["source"]
