@@ -407,7 +407,7 @@ def test_extract_names_each_engines_backend_on_hopper_and_blackwell(capsys, no_e
     assert code == 0
     section = out.split("Backend (")[1].split("Tuned-config files")[0]
     vllm, sglang = section.split("SGLang 0.5.23")
-    assert "vLLM 0.34.0 (current release (not installed))" in vllm
+    assert "vLLM 0.34.0 (not installed: the newest release moetune has read)" in vllm
     assert (
         "Hopper (sm90)             Triton fused_moe: reads the tuned files  <- NVIDIA H200" in vllm
     )

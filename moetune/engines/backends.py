@@ -63,7 +63,7 @@ class BackendChoice:
 
     engine: str
     release: str
-    release_source: str  # "installed", "installed X.Y.Z follows ..." or "current release"
+    release_source: str  # "installed", "installed X.Y.Z follows ..." or "not installed: ..."
     family: str
     family_label: str
     case: str
@@ -189,7 +189,7 @@ def release_to_follow(
     table = table or load_table()
     known = sorted(table.releases(engine), key=version_key)
     if installed_version is None:
-        return known[-1], "current release (not installed)"
+        return known[-1], "not installed: the newest release moetune has read"
     if installed_version in known:
         return installed_version, "installed"
     key = version_key(installed_version)
