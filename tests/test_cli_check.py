@@ -189,7 +189,7 @@ def test_check_imports_neither_torch_triton_nor_the_engines(tmp_path):
     assert probe["report"]["local_experts"] == 128
 
 
-def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys):
+def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys, current_releases):
     # gpt-oss ships mxfp4 experts: neither engine serves them with the Triton kernel these
     # files tune, so check says so and exits 0 instead of asking for a tune.
     code, out, _ = run(
@@ -197,6 +197,7 @@ def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys):
     )
     assert code == 0, out
     assert out.count("reads no Triton config file: nothing to tune") == 2
+    assert "backend: SGLang 0.5.23 on Hopper (sm90): triton_kernels" in out
     assert "to fill the gap" not in out and "MISSING" not in out
     assert "Nothing to tune: no engine reads a tuned Triton file here (exit status 0)." in out
 

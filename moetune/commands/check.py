@@ -234,7 +234,7 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
         for note in lookup.notes:
             echo(f"  ({note})")
         choice = report.backend_for(item.engine)
-        if choice is not None and item.needs_file:
+        if choice is not None and choice.summary() not in (item.kernel_note or ""):
             echo(f"  backend: {choice.summary()} ({choice.citation})")
         if item.kernel_note:
             echo(f"  note: {item.kernel_note}")
