@@ -434,6 +434,8 @@ def test_extract_deepseek_v4_flash_reports_its_fp4_experts_not_the_fp8_triton_pa
     [
         ("H100", "'NVIDIA H100 80GB HBM3'"),
         ("h200", "'NVIDIA H200'"),
+        ("H100 SXM", "'NVIDIA H100 80GB HBM3'"),
+        ("MI300X", "did you mean 'AMD Instinct MI300X'?"),
         ("B200", "did you mean 'NVIDIA B200'?"),
         ("nvidia h100 80gb hbm3", "did you mean 'NVIDIA H100 80GB HBM3'?"),
     ],

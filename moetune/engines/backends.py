@@ -163,8 +163,9 @@ def load_table(path: str | None = None) -> BackendTable:
 def gpu_family(device_name: str, table: BackendTable | None = None) -> str | None:
     """The table's family of a torch device name (``NVIDIA B200`` -> ``blackwell``), or None.
 
-    The longest matching device substring wins, so ``GH200`` is not read as ``H200``'s
-    family by accident and ``GB200`` is Blackwell, not ``B200``'s namesake.
+    A family's device must be a whole word of the name (spaces, ``_`` and ``-`` split it),
+    so ``GB200`` is not read as ``B200`` nor ``GH200`` as ``H200``; where two families
+    match, the longer device wins.
     """
     table = table or load_table()
     words = device_name.replace("_", " ").replace("-", " ").upper().split()

@@ -289,6 +289,7 @@ KNOWN_DEVICE_NAMES = (
 # The first word of every GPU name torch reports on the engines' platforms.
 _VENDOR_WORDS = ("NVIDIA", "AMD", "INTEL(R)", "RADEON")
 _SUGGESTION = "did you mean"
+_MODEL_WORD = re.compile(r"[A-Z]+\d+[A-Z]*")
 
 
 def _words(name: str) -> list[str]:
@@ -315,7 +316,10 @@ def unknown_device_alias(device_name: str) -> str | None:
     words = _words(device_name)
     if not words or words[0] in _VENDOR_WORDS:
         return None
-    matches = [n for n in KNOWN_DEVICE_NAMES if set(words) <= set(_words(n))]
+    # The model words (H100, MI300X, B200...) of the name: a known GPU having them all is
+    # the one meant ("H100 SXM" is an H100).
+    models = {word for word in words if _MODEL_WORD.fullmatch(word)}
+    matches = [n for n in KNOWN_DEVICE_NAMES if models and models <= set(_words(n))]
     if not matches:
         return None
     shown = ", ".join(repr(n.replace("_", " ")) for n in matches[:4])
