@@ -217,3 +217,25 @@ def test_sglang_override_rows_name_the_architectures_their_override_registers(sg
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_register_for":
                 registered.update(a.value for a in node.args if isinstance(a, ast.Constant))
         assert set(row["when"]["architectures"]) == registered, row["source"]
+
+
+def test_vllm_renames_every_h200_as_moetune_does(vllm_installed):
+    """The release's get_config_file_name maps each H200 variant to NVIDIA_H200, which
+    moetune.engines.names.vllm_device_name follows; SGLang keeps torch's name."""
+    from moetune.engines.names import sglang_device_name, vllm_device_name
+
+    tree = _tree(vllm_installed.root, "model_executor/layers/fused_moe/fused_moe.py")
+    source = ast.unparse(_function(tree, "get_config_file_name"))
+    assert "if 'H200' in device_name.split('_'):" in source
+    assert "device_name = 'NVIDIA_H200'" in source
+    for torch_name in ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H200 141GB HBM3e"):
+        assert vllm_device_name(torch_name) == "NVIDIA_H200"
+    assert sglang_device_name("NVIDIA H200 NVL") == "NVIDIA_H200_NVL"
+
+
+def test_sglang_keeps_torch_s_name_with_spaces_to_underscores(sglang_installed):
+    lookup = sglang_installed.lookup_source
+    assert lookup is not None
+    source = ast.unparse(_function(ast.parse(lookup.read_text()), "get_config_file_name"))
+    assert "device_name = get_device_name().replace(' ', '_')" in source
+    assert "H200" not in source
