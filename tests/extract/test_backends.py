@@ -205,7 +205,10 @@ def test_gpu_family_of_torch_device_names(device, family):
 
 
 def test_release_to_follow():
-    assert release_to_follow("vllm", None) == ("0.34.0", "not installed: the newest release moetune has read")
+    assert release_to_follow("vllm", None) == (
+        "0.34.0",
+        "not installed: the newest release moetune has read",
+    )
     assert release_to_follow("vllm", "0.33.0") == ("0.33.0", "installed")
     assert release_to_follow("vllm", "0.35.1")[0] == "0.34.0"
     release, why = release_to_follow("sglang", "0.5.10")
