@@ -464,3 +464,13 @@ def test_torch_device_names_are_accepted(capsys, given, vllm_name):
     )
     assert code == 0
     assert f"device_name={vllm_name}.json" in json.loads(out)["vllm_config_file"]
+
+
+def test_a_family_the_table_has_no_row_for_is_said_not_skipped(capsys, no_engines_installed):
+    # Kimi-K3's MXFP4 experts on SGLang/Hopper: no override names a backend, so moetune
+    # has no row for it rather than a guess.
+    code, out, _ = run(capsys, "extract", "-m", "moonshotai/Kimi-K3", "--tp", "8")
+    assert code == 0
+    sglang = out.split("Backend (")[1].split("Tuned-config files")[0].split("SGLang 0.5.23")[1]
+    assert "Hopper (sm90)             not in moetune's backend table  <- NVIDIA H200" in sglang
+    assert "Blackwell (sm100 family)  FlashInfer TRT-LLM: reads no tuned file" in sglang

@@ -344,9 +344,14 @@ def backend_lines(report: ExtractReport) -> list[str]:
             continue
         first = choices[0]
         lines.append(f"{engine_label(engine)} {first.release} ({first.release_source})")
-        for choice in choices:
+        by_family = {choice.family: choice for choice in choices}
+        for family, spec in load_table().families.items():
+            mark = f"  <- {report.device.name}" if family == report.gpu_family else ""
+            choice = by_family.get(family)
+            if choice is None:
+                lines.append(f"  {spec['label']:<25} not in moetune's backend table{mark}")
+                continue
             reads = "reads the tuned files" if choice.reads_files else "reads no tuned file"
-            mark = f"  <- {report.device.name}" if choice.family == report.gpu_family else ""
             lines.append(f"  {choice.family_label:<25} {choice.label}: {reads}{mark}")
             if choice.note:
                 lines.append(f"  {'':<25} ({choice.note})")
