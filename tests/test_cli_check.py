@@ -189,7 +189,7 @@ def test_check_imports_neither_torch_triton_nor_the_engines(tmp_path):
     assert probe["report"]["local_experts"] == 128
 
 
-def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys):
+def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys, current_releases):
     # gpt-oss ships mxfp4 experts: neither engine serves them with the Triton kernel these
     # files tune, so check says so and exits 0 instead of asking for a tune.
     code, out, _ = run(
@@ -197,8 +197,9 @@ def test_mxfp4_checkpoint_reads_no_file_so_nothing_is_missing(capsys):
     )
     assert code == 0, out
     assert out.count("reads no Triton config file: nothing to tune") == 2
+    assert "backend: SGLang 0.5.23 on Hopper (sm90): triton_kernels" in out
     assert "to fill the gap" not in out and "MISSING" not in out
-    assert "No engine is missing a file it reads (exit status 0)." in out
+    assert "Nothing to tune: no engine reads a tuned Triton file here (exit status 0)." in out
 
 
 def test_mxfp4_checkpoint_with_a_dtype_override_still_looks_the_file_up(capsys):
@@ -218,13 +219,16 @@ def test_mxfp4_checkpoint_with_a_dtype_override_still_looks_the_file_up(capsys):
 
 
 def test_gptq_checkpoint_names_the_default_kernel_and_the_triton_path(capsys):
+    # Marlin serves GPTQ experts by default: nothing reads the file unless the user
+    # switches to the Triton path, which the note names.
     args = ("check", "-m", "Qwen/Qwen3-30B-A3B-GPTQ-Int4", "--engine", "vllm", "--json")
     code, out, _ = run(capsys, *args, "--device-name", "NVIDIA H200")
-    assert code == 4
+    assert code == 0
     (vllm_check,) = json.loads(out)["engines"]
-    assert vllm_check["needs_file"] is True
-    assert "does not read this file" in vllm_check["kernel_note"]
-    assert "moe_wna16" in vllm_check["kernel_note"]
+    assert vllm_check["needs_file"] is False
+    assert "Marlin, reads no tuned file: nothing to tune" in vllm_check["kernel_note"]
+    assert "Triton path: --quantization moe_wna16" in vllm_check["kernel_note"]
+    assert vllm_check["backend"]["backend"] == "marlin"
 
 
 def test_a_file_that_is_not_json_is_invalid_not_found(capsys, monkeypatch, tmp_path):
@@ -272,3 +276,70 @@ def test_a_table_the_engine_cannot_read_is_invalid_and_so_is_its_down_table(
     (folder / NAME).write_text(json.dumps({"²": ROW}))
     code, out, _ = run(capsys, *args)
     assert code == 4 and f'  INVALID: {folder / NAME}: key "²" is not a batch size' in out
+
+
+KIMI_K25_INT4 = str(Path(__file__).parent / "fixtures" / "configs" / "kimi_k25_int4.json")
+
+
+@pytest.fixture
+def current_releases(monkeypatch):
+    from moetune.engines import backends
+
+    monkeypatch.setattr(backends, "installed_version", lambda engine: None)
+
+
+def test_kimi_k25_int4_has_nothing_to_tune_on_hopper(capsys, current_releases):
+    # Marlin serves its experts in both engines: no engine reads the int4_w4a16 Triton
+    # file, so there is nothing to tune and the exit status is 0.
+    code, out, _ = run(
+        capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--device-name", "NVIDIA H200"
+    )
+    assert code == 0, out
+    assert "vLLM 0.34.0 on Hopper (sm90): Marlin, reads no tuned file: nothing to tune" in out
+    assert "SGLang 0.5.23 on Hopper (sm90): Marlin, reads no tuned file: nothing to tune" in out
+    assert "MISSING" not in out and "to fill the gap" not in out
+    assert "Nothing to tune: no engine reads a tuned Triton file here (exit status 0)." in out
+
+
+def test_kimi_k25_int4_on_blackwell_only_sglang_reads_a_file(capsys, current_releases):
+    # vLLM: FlashInfer's MxInt4 TRT-LLM kernel. SGLang 0.5.23 on sm100 runs symmetric int4
+    # group 32 compressed-tensors experts on its Triton WNA16 runner: that file is read.
+    args = ("check", "-m", KIMI_K25_INT4, "--tp", "8", "--device-name", "NVIDIA B200")
+    code, out, _ = run(capsys, *args)
+    assert code == 4, out
+    assert "vLLM 0.34.0 on Blackwell (sm100 family): FlashInfer TRT-LLM, reads no tuned" in out
+    assert "backend: SGLang 0.5.23 on Blackwell (sm100 family): Triton fused_moe" in out
+    assert "does not read this file" not in out
+    assert "to fill the gap: moetune tune" in out and "--engine sglang" in out
+    assert "Missing for SGLang (exit status 4)." in out
+
+
+def test_kimi_k25_int4_json_says_nothing_to_tune(capsys, current_releases):
+    code, out, _ = run(capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["nothing_to_tune"] is True and data["gpu_family"] == "hopper"
+    assert [e["backend"]["backend"] for e in data["engines"]] == ["marlin", "marlin"]
+
+
+def test_block_fp8_on_blackwell_vllm_reads_no_file_but_hopper_does(capsys, current_releases):
+    args = ("check", "-m", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--engine", "vllm")
+    code, out, _ = run(capsys, *args, "--device-name", "NVIDIA B200")
+    assert code == 0, out
+    assert "vLLM 0.34.0 on Blackwell (sm100 family): FlashInfer TRT-LLM" in out
+    code, out, _ = run(capsys, *args, "--device-name", "NVIDIA H200")
+    assert code == 4
+    assert "backend: vLLM 0.34.0 on Hopper (sm90): Triton fused_moe, reads the tuned" in out
+    assert "MISSING" in out
+
+
+def test_the_installed_release_is_the_one_named(capsys, monkeypatch):
+    from moetune.engines import backends
+
+    monkeypatch.setattr(backends, "installed_version", lambda engine: "0.33.0")
+    code, out, _ = run(
+        capsys, "check", "-m", KIMI_K25_INT4, "--tp", "8", "--engine", "vllm", "--json"
+    )
+    assert code == 0
+    backend = json.loads(out)["engines"][0]["backend"]
+    assert (backend["release"], backend["release_source"]) == ("0.33.0", "installed")

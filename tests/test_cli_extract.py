@@ -389,3 +389,88 @@ def test_dtype_override_keeps_the_checkpoints_per_channel_scales(capsys):
     assert code == 0 and report["per_channel_quant"] is True
     assert report["sglang_config_file"].endswith(",dtype=fp8_w8a8,per_channel_quant=True.json")
     assert report["vllm_config_file"] == "E=16,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+
+
+KIMI_K25_INT4 = str(REPO_ROOT / "tests" / "fixtures" / "configs" / "kimi_k25_int4.json")
+DEEPSEEK_V4_FLASH = str(REPO_ROOT / "tests" / "fixtures" / "configs" / "deepseek_v4_flash.json")
+
+
+@pytest.fixture
+def no_engines_installed(monkeypatch):
+    from moetune.engines import backends
+
+    monkeypatch.setattr(backends, "installed_version", lambda engine: None)
+
+
+def test_extract_names_each_engines_backend_on_hopper_and_blackwell(capsys, no_engines_installed):
+    code, out, _ = run(capsys, "extract", "-m", "deepseek-ai/DeepSeek-V3", "--tp", "8")
+    assert code == 0
+    section = out.split("Backend (")[1].split("Tuned-config files")[0]
+    vllm, sglang = section.split("SGLang 0.5.23")
+    assert "vLLM 0.34.0 (not installed: the newest release moetune has read)" in vllm
+    assert (
+        "Hopper (sm90)             Triton fused_moe: reads the tuned files  <- NVIDIA H200" in vllm
+    )
+    assert "Blackwell (sm100 family)  FlashInfer TRT-LLM: reads no tuned file" in vllm
+    assert "Blackwell (sm100 family)  Triton fused_moe: reads the tuned files" in sglang
+
+
+def test_extract_deepseek_v4_flash_reports_its_fp4_experts_not_the_fp8_triton_path(
+    capsys, no_engines_installed
+):
+    code, out, _ = run(capsys, "extract", "-m", DEEPSEEK_V4_FLASH, "--tp", "8", "--json")
+    assert code == 0
+    data = json.loads(out)
+    group = data["quantization"]["groups"][0]
+    assert group["scheme"] == "deepseek_v4_fp4_experts"
+    assert group["engines"]["vllm"]["reads_files"] is False
+    assert group["engines"]["sglang"]["file"] is None
+    assert data["engine_dtype"] is None
+    assert not any(b["reads_tuned_files"] for b in data["backends"])
+
+
+@pytest.mark.parametrize(
+    ("given", "suggested"),
+    [
+        ("H100", "'NVIDIA H100 80GB HBM3'"),
+        ("h200", "'NVIDIA H200'"),
+        ("H100 SXM", "'NVIDIA H100 80GB HBM3'"),
+        ("MI300X", "did you mean 'AMD Instinct MI300X'?"),
+        ("B200", "did you mean 'NVIDIA B200'?"),
+        ("nvidia h100 80gb hbm3", "did you mean 'NVIDIA H100 80GB HBM3'?"),
+    ],
+)
+def test_a_device_name_no_engine_looks_up_is_refused_with_the_right_one(capsys, given, suggested):
+    code, _, err = run(capsys, "extract", "-m", "Qwen/Qwen3-30B-A3B", "--device-name", given)
+    assert code == 2
+    assert suggested in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.startswith("Error")]) == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "vllm_name"),
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB_HBM3"),
+        ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H100_80GB_HBM3"),
+        # vLLM 0.33/0.34's get_config_file_name: every H200 variant reads NVIDIA_H200.
+        ("NVIDIA H200 NVL", "NVIDIA_H200"),
+        ("NVIDIA H200 141GB HBM3e", "NVIDIA_H200"),
+        ("NVIDIA H300", "NVIDIA_H300"),  # a vendor name moetune does not know: left alone
+    ],
+)
+def test_torch_device_names_are_accepted(capsys, given, vllm_name):
+    code, out, _ = run(
+        capsys, "extract", "-m", "Qwen/Qwen3-30B-A3B", "--device-name", given, "--json"
+    )
+    assert code == 0
+    assert f"device_name={vllm_name}.json" in json.loads(out)["vllm_config_file"]
+
+
+def test_a_family_the_table_has_no_row_for_is_said_not_skipped(capsys, no_engines_installed):
+    # Kimi-K3's MXFP4 experts on SGLang/Hopper: no override names a backend, so moetune
+    # has no row for it rather than a guess.
+    code, out, _ = run(capsys, "extract", "-m", "moonshotai/Kimi-K3", "--tp", "8")
+    assert code == 0
+    sglang = out.split("Backend (")[1].split("Tuned-config files")[0].split("SGLang 0.5.23")[1]
+    assert "Hopper (sm90)             not in moetune's backend table  <- NVIDIA H200" in sglang
+    assert "Blackwell (sm100 family)  FlashInfer TRT-LLM: reads no tuned file" in sglang

@@ -45,6 +45,8 @@ def test_wheel_builds_without_setuptools_warnings_and_holds_the_data(tmp_path):
         "moetune/data/schemas/moe_mappings.schema.json",
         "moetune/data/schemas/tuned_config.schema.json",
         "moetune/data/schemas/search_space.schema.json",
+        "moetune/data/backends.yaml",
+        "moetune/data/schemas/backends.schema.json",
         "moetune/catalog/INDEX.md",
         "moetune/catalog/Qwen__Qwen3-30B-A3B.json",
     ):

@@ -80,9 +80,14 @@ def check(
     is not a batch size, a value out of range...) is shown as INVALID, with the
     file, the key and what is wrong.
 
+    Each engine's default MoE backend for the checkpoint, layout and GPU family
+    (Hopper, Blackwell) is named, for the installed release, else the current
+    one. Where it reads no tuned Triton file (Marlin, FlashInfer, CUTLASS...),
+    the engine needs none: nothing to tune.
+
     \b
-    Exit status: 0 every engine has a usable file; 4 an engine's file is
-    missing or INVALID (a missing SGLang _down file alone does not count:
+    Exit status: 0 every engine has a usable file or reads none; 4 an engine's
+    file is missing or INVALID (a missing SGLang _down file alone does not count:
     SGLang reuses the up config; an invalid one does).
 
     \b
@@ -129,6 +134,7 @@ def check(
         compare_dir=compare_dir,
         compare_only=compare_only,
     )
+    checks = [_follow_backend(report, item, model) for item in checks]
     present = all(item.present for item in checks)
     if json_:
         local = report.sharded
@@ -150,8 +156,13 @@ def check(
                     "device_name_source": report.device.source,
                     "triton_version": triton_version,
                     "triton_version_source": triton_source,
+                    "gpu_family": report.gpu_family,
                     "all_present": present,
-                    "engines": [item.to_dict() for item in checks],
+                    "nothing_to_tune": not any(item.needs_file for item in checks),
+                    "engines": [
+                        {**item.to_dict(), "backend": _backend_dict(report, item.engine)}
+                        for item in checks
+                    ],
                     "notes": list(report.notes),
                 },
                 indent=2,
@@ -161,6 +172,44 @@ def check(
         _print(report, checks, triton_version, triton_source)
     if not present:
         raise click.exceptions.Exit(EXIT_MISSING)
+
+
+def _follow_backend(report: Any, item: Any, options: dict[str, Any]) -> Any:
+    """`item` with no file needed where the engine's default backend for these experts on
+    this GPU reads no tuned Triton file (moetune/data/backends.yaml): nothing to tune.
+
+    Under ``--dtype auto`` only: an explicit --dtype asks about that kernel's file.
+    """
+    from dataclasses import replace
+
+    choice = report.backend_for(item.engine)
+    if choice is not None and choice.reads_files and item.needs_file:
+        # The table knows this GPU: its backend reads the file, whatever the quantization
+        # rules say of the engine's usual kernel for the checkpoint.
+        return replace(item, kernel_note=None)
+    if not item.needs_file or choice is None or choice.reads_files:
+        return item
+    if options.get("dtype", "auto") != "auto":
+        return item
+    note = f"{choice.summary()}: nothing to tune ({choice.citation})"
+    switch = _triton_switch(report, item.engine)
+    if switch:
+        note += f"; the file is read only on the Triton path: {switch}"
+    return replace(item, needs_file=False, kernel_note=note)
+
+
+def _triton_switch(report: Any, engine: str) -> str | None:
+    """How to make `engine` run the Triton kernel for these experts (quant_rules.yaml)."""
+    quant, plans = report.quant, report.engine_plans or {}
+    if quant is None or quant.experts is None:
+        return None
+    plan = plans.get(quant.experts.name, {}).get(engine)
+    return plan.triton if plan is not None and plan.file_name else None
+
+
+def _backend_dict(report: Any, engine: str) -> dict[str, Any] | None:
+    choice = report.backend_for(engine)
+    return None if choice is None else choice.to_dict()
 
 
 def _print(report: Any, checks: list, triton_version: str | None, triton_source: str) -> None:
@@ -192,6 +241,9 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
             echo(f"    {number}. {path}{mark}")
         for note in lookup.notes:
             echo(f"  ({note})")
+        choice = report.backend_for(item.engine)
+        if choice is not None and choice.summary() not in (item.kernel_note or ""):
+            echo(f"  backend: {choice.summary()} ({choice.citation})")
         if item.kernel_note:
             echo(f"  note: {item.kernel_note}")
         if not item.needs_file:
@@ -229,5 +281,7 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
         echo(f"{'; '.join(parts)} (exit status 4).")
     elif all(item.needs_file for item in checks):
         echo("Every engine has its file (exit status 0).")
+    elif not any(item.needs_file for item in checks):
+        echo("Nothing to tune: no engine reads a tuned Triton file here (exit status 0).")
     else:
         echo("No engine is missing a file it reads (exit status 0).")

@@ -206,6 +206,17 @@ def _print_tables(report: ExtractReport) -> None:
         for line in quant:
             console.print(escape(line))
 
+    from moetune.extract.report import backend_lines
+
+    backends = backend_lines(report)
+    if backends:
+        console.print(
+            "\n[bold]Backend[/bold] (what each engine runs by default for these experts, "
+            "from its selection code)"
+        )
+        for line in backends:
+            console.print(f"  {escape(line)}")
+
     console.print(
         f"\n[bold]Tuned-config files[/bold] for {escape(report.device.name)} ({report.device.source})"
     )

@@ -224,7 +224,8 @@ def device_name_problem(device_name: str) -> str | None:
 
     A device name becomes part of a file name in --save-dir and the engines'
     folders, so it must be one plain name: not empty, no path separator, no
-    "..", no control characters, at most `MAX_DEVICE_NAME_LENGTH` characters.
+    "..", no control characters, at most `MAX_DEVICE_NAME_LENGTH` characters. And it must
+    be a name the engines look up: not a nickname like ``H100`` (`unknown_device_alias`).
     """
     if not device_name.strip():
         return "is empty"
@@ -236,11 +237,103 @@ def device_name_problem(device_name: str) -> str | None:
         return "contains a control character"
     if len(device_name) > MAX_DEVICE_NAME_LENGTH:
         return f"is longer than {MAX_DEVICE_NAME_LENGTH} characters"
-    return None
+    return unknown_device_alias(device_name)
+
+
+# GPU names the engines' tuned files are keyed on (torch.cuda.get_device_name(), spaces
+# to "_"): every device name of the files vLLM 0.33.0/0.34.0 and SGLang 0.5.23 ship in
+# their configs/ folders, plus the torch names of GPUs they ship none for yet.
+KNOWN_DEVICE_NAMES = (
+    "AMD_Instinct_MI300X",
+    "AMD_Instinct_MI308X",
+    "AMD_Instinct_MI325X",
+    "AMD_Instinct_MI325_OAM",
+    "AMD_Instinct_MI350X",
+    "AMD_Instinct_MI350_OAM",
+    "AMD_Instinct_MI355X",
+    "AMD_Instinct_MI355_OAM",
+    "AMD_Radeon_Graphics",
+    "AMD_Radeon_R9700",
+    "Intel(R)_Arc(TM)_Pro_B60_Graphics",
+    "Intel(R)_Arc(TM)_Pro_B70_Graphics",
+    "NVIDIA_A100-SXM4-40GB",
+    "NVIDIA_A100-SXM4-80GB",
+    "NVIDIA_A100_80GB_PCIe",
+    "NVIDIA_A800-SXM4-80GB",
+    "NVIDIA_B200",
+    "NVIDIA_B300_SXM6_AC",
+    "NVIDIA_GB10",
+    "NVIDIA_GB200",
+    "NVIDIA_GB300",
+    "NVIDIA_GH200_480GB",
+    "NVIDIA_GeForce_RTX_4090",
+    "NVIDIA_H100",
+    "NVIDIA_H100_80GB_HBM3",
+    "NVIDIA_H100_NVL",
+    "NVIDIA_H100_PCIe",
+    "NVIDIA_H20",
+    "NVIDIA_H20-3e",
+    "NVIDIA_H200",
+    "NVIDIA_H200_NVL",
+    "NVIDIA_H800",
+    "NVIDIA_L20",
+    "NVIDIA_L20Y",
+    "NVIDIA_L40S",
+    "NVIDIA_RTX_5880_Ada_Generation",
+    "NVIDIA_RTX_6000_Ada_Generation",
+    "NVIDIA_RTX_PRO_6000_Blackwell_Max-Q_Workstation_Edition",
+    "NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition",
+    "NVIDIA_RTX_PRO_6000_Blackwell_Workstation_Edition",
+    "Radeon_8060S_Graphics",
+)
+# The first word of every GPU name torch reports on the engines' platforms.
+_VENDOR_WORDS = ("NVIDIA", "AMD", "INTEL(R)", "RADEON")
+_SUGGESTION = "did you mean"
+_MODEL_WORD = re.compile(r"[A-Z]+\d+[A-Z]*")
+
+
+def _words(name: str) -> list[str]:
+    return [word for word in re.split(r"[\s_/-]+", name.strip().upper()) if word]
+
+
+def unknown_device_alias(device_name: str) -> str | None:
+    """Why `device_name` is a GPU's nickname no engine looks a file up under, or None.
+
+    ``H100`` or ``h200`` name a GPU but are not what torch reports (``NVIDIA H100 80GB
+    HBM3``, ``NVIDIA H200``): a file written under them is never read. A name that starts
+    with a vendor word, or matches no known GPU, is left alone (a GPU newer than this list).
+    """
+    file_form = re.sub(r"[\s/]+", "_", device_name.strip())
+    if file_form in KNOWN_DEVICE_NAMES:
+        return None
+    same_but_case = [n for n in KNOWN_DEVICE_NAMES if n.upper() == file_form.upper()]
+    if same_but_case:
+        proper = same_but_case[0].replace("_", " ")
+        return (
+            f"differs from torch's name in letter case, and the engines compare file "
+            f"names exactly: {_SUGGESTION} {proper!r}?"
+        )
+    words = _words(device_name)
+    if not words or words[0] in _VENDOR_WORDS:
+        return None
+    # The model words (H100, MI300X, B200...) of the name: a known GPU having them all is
+    # the one meant ("H100 SXM" is an H100).
+    models = {word for word in words if _MODEL_WORD.fullmatch(word)}
+    matches = [n for n in KNOWN_DEVICE_NAMES if models and models <= set(_words(n))]
+    if not matches:
+        return None
+    shown = ", ".join(repr(n.replace("_", " ")) for n in matches[:4])
+    which = "one of " if len(matches) > 1 else ""
+    return (
+        "is no name vLLM or SGLang looks a tuned file up under (both use "
+        f"torch.cuda.get_device_name(), spaces to '_'): {_SUGGESTION} {which}{shown}?"
+    )
 
 
 def device_name_error(device_name: str, problem: str, source: str = "--device-name") -> str:
     """One line: the name, why it cannot be used, and what to pass instead."""
+    if _SUGGESTION in problem:
+        return f"{source} {device_name!r} {problem}"
     return (
         f"{source} {device_name!r} {problem}: a GPU name becomes part of a file name; pass "
         "the name torch.cuda.get_device_name() prints, like 'NVIDIA H200'"

@@ -80,6 +80,7 @@ class QuantGroup:
     kernel: str | None
     dtype: str | None
     bits: int | None = None
+    backend_case: str | None = None  # the case of backends.yaml (None: no rule matched)
     group_size: int | None = None
     zero_point: bool | None = None
     desc_act: bool | None = None
@@ -245,7 +246,13 @@ def _get(node: Any, path: str) -> Any:
     return node
 
 
-def _lookup(group: dict[str, Any], top: dict[str, Any], path: str) -> Any:
+def _lookup(
+    group: dict[str, Any], top: dict[str, Any], path: str, root: dict[str, Any] | None = None
+) -> Any:
+    """`path` in the group; ``/path`` from the top of quantization_config; ``@path`` from the
+    top of config.json (`root`; missing when not given)."""
+    if path.startswith("@"):
+        return _get(root, path[1:]) if root is not None else _MISSING
     return _get(top, path[1:]) if path.startswith("/") else _get(group, path)
 
 
@@ -259,9 +266,14 @@ def _same(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-def _holds(conditions: dict[str, Any], group: dict[str, Any], top: dict[str, Any]) -> bool:
+def _holds(
+    conditions: dict[str, Any],
+    group: dict[str, Any],
+    top: dict[str, Any],
+    root: dict[str, Any] | None = None,
+) -> bool:
     for path, expected in conditions.items():
-        actual = _lookup(group, top, path)
+        actual = _lookup(group, top, path, root)
         if isinstance(expected, dict):
             present = actual is not _MISSING and actual is not None
             if present != expected["present"]:
@@ -401,10 +413,14 @@ def _runtime(
 
 
 def _group(
-    name: str, group: dict[str, Any], top: dict[str, Any], rules: Rules
+    name: str,
+    group: dict[str, Any],
+    top: dict[str, Any],
+    rules: Rules,
+    root: dict[str, Any] | None = None,
 ) -> QuantGroup | None:
     for scheme in rules.schemes:
-        if not _holds(scheme["when"], group, top):
+        if not _holds(scheme["when"], group, top, root):
             continue
         bits = _value(scheme.get("bits"), group, top)
         kernel_name = scheme.get("kernel") or scheme["kernel_by_bits"].get(bits)
@@ -420,6 +436,7 @@ def _group(
             kernel=kernel_name,
             dtype=kernel.get("dtype") if kernel.get("files") else None,
             bits=bits if isinstance(bits, int) else None,
+            backend_case=kernel.get("backend_case"),
             group_size=group_size if isinstance(group_size, int) else None,
             zero_point=_value(scheme.get("zero_point"), group, top),
             desc_act=_bool_or_none(_value(scheme.get("desc_act"), group, top)),
@@ -460,7 +477,7 @@ def detect_quantization(config: dict[str, Any], rules: Rules | None = None) -> Q
     groups: list[QuantGroup] = []
     unmatched: list[str] = []
     for name, node in _groups(quant):
-        group = _group(name, node, quant, rules)
+        group = _group(name, node, quant, rules, config)
         targets = node.get(targets_key) if node is not quant else None
         covered = tuple(
             layer

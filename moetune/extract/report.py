@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from moetune.dtypes import engine_file_n
+from moetune.engines import backends as engine_backends
 from moetune.engines import names
+from moetune.engines.backends import BackendChoice, gpu_family, load_table, release_to_follow
 from moetune.engines.formats import engine_label
 from moetune.engines.names import KernelDtype, resolve_kernel_dtype
+from moetune.extract.backend_case import serving_backends
 from moetune.extract.evaluate import extract_shape
 from moetune.extract.mappings import load_registry
 from moetune.extract.quant import (
@@ -57,6 +60,17 @@ class ExtractReport:
     quant: QuantInfo | None = None
     # Per quantization group covering experts: engine -> its kernel and file.
     engine_plans: dict[str, dict[str, EnginePlan]] | None = None
+    # The backend table's family of the device (None: neither Hopper nor Blackwell), and
+    # each engine's default backend for these experts on every family of the table.
+    gpu_family: str | None = None
+    backends: tuple[BackendChoice, ...] = ()
+
+    def backend_for(self, engine: str) -> BackendChoice | None:
+        """The backend `engine` runs for these experts on this report's GPU (None: unknown)."""
+        return next(
+            (c for c in self.backends if c.engine == engine and c.family == self.gpu_family),
+            None,
+        )
 
     @property
     def sglang_config_dir(self) -> str:
@@ -96,6 +110,8 @@ class ExtractReport:
             "sglang_config_dir": self.sglang_config_dir,
             "triton_version": self.triton_version,
             "quantization": self._quant_dict(),
+            "gpu_family": self.gpu_family,
+            "backends": [choice.to_dict() for choice in self.backends],
             "notes": list(self.notes),
         }
 
@@ -173,6 +189,12 @@ def build_report(
     plans = None
     if quant is not None:
         plans = {group.name: engine_plan(group, *args) for group in quant.groups if group.scheme}
+    releases = {
+        engine: release_to_follow(engine, engine_backends.installed_version(engine))
+        for engine in ("vllm", "sglang")
+    }
+    backends = serving_backends(extraction, local, quant, releases)
+    family = gpu_family(device.name)
     return ExtractReport(
         model=model,
         loaded=loaded,
@@ -192,9 +214,12 @@ def build_report(
             kernel_dtype.block_shape,
             per_channel_quant=kernel_dtype.per_channel,
         ),
-        notes=_notes(extraction, local, kernel_dtype, device, quant),
+        notes=_notes(extraction, local, kernel_dtype, device, quant, family)
+        + _second_shape_notes(loaded.config, extraction),
         quant=quant,
         engine_plans=plans,
+        gpu_family=family,
+        backends=backends,
     )
 
 
@@ -204,6 +229,7 @@ def _notes(
     kernel_dtype: KernelDtype,
     device: DeviceName,
     quant: QuantInfo | None = None,
+    family: str | None = None,
 ) -> tuple[str, ...]:
     # The evaluator already explains guessed values and transformers defaults.
     notes = list(extraction.notes)
@@ -214,6 +240,12 @@ def _notes(
         notes.extend(quant.notes)
         if quant.experts is not None:
             notes.extend(quant.experts.notes)
+    if family is None:
+        families = " and ".join(spec["label"] for spec in load_table().families.values())
+        notes.append(
+            f"{device.name} is not a GPU of moetune's backend table ({families}): which "
+            "backend each engine runs for these experts on it is not known"
+        )
     few = fewer_experts_note(local)
     if few:
         notes.append(few)
@@ -229,6 +261,27 @@ def _notes(
             "the fused ones); moetune does not guess whether it does"
         )
     return tuple(notes)
+
+
+def _second_shape_notes(config: dict[str, Any], extraction: Extraction) -> tuple[str, ...]:
+    """A note where the expert size was read as ``field[0]`` of a list whose other items
+    differ: a second MoE shape (ERNIE-4.5-VL's vision experts) that moetune leaves out."""
+    source = extraction.sources.get("intermediate_size", "")
+    if not source.endswith("[0]"):
+        return ()
+    node: Any = config
+    for part in source[: -len("[0]")].split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, list) or len(set(map(str, node))) < 2:
+        return ()
+    field = source[: -len("[0]")]
+    others = ", ".join(f"{field}[{i}] = {v}" for i, v in enumerate(node) if i and v != node[0])
+    return (
+        f"{field} is {node}: a second MoE shape ({others}; ERNIE-4.5-VL's vision experts, "
+        "which vLLM's and SGLang's ernie45_vl_moe also build as FusedMoE layers, so they run "
+        "the Triton kernel too) is left out: moetune extracts and tunes [0] only; tune the "
+        f"other with --mappings, an entry reading intermediate_size: {field}[1]",
+    )
 
 
 def quant_lines(report: ExtractReport) -> list[str]:
@@ -278,4 +331,28 @@ def _plan_lines(engine: str, plan: EnginePlan) -> list[str]:
             lines.append(f"            not written by tune: {plan.why_not}")
     else:
         lines.append("            no Triton config file for this kernel")
+    return lines
+
+
+def backend_lines(report: ExtractReport) -> list[str]:
+    """The `Backend` section of `moetune extract`: each engine's default MoE backend for
+    these experts, per GPU family, the report's own family marked."""
+    lines = []
+    for engine in ("vllm", "sglang"):
+        choices = [c for c in report.backends if c.engine == engine]
+        if not choices:
+            continue
+        first = choices[0]
+        lines.append(f"{engine_label(engine)} {first.release} ({first.release_source})")
+        by_family = {choice.family: choice for choice in choices}
+        for family, spec in load_table().families.items():
+            mark = f"  <- {report.device.name}" if family == report.gpu_family else ""
+            choice = by_family.get(family)
+            if choice is None:
+                lines.append(f"  {spec['label']:<25} not in moetune's backend table{mark}")
+                continue
+            reads = "reads the tuned files" if choice.reads_files else "reads no tuned file"
+            lines.append(f"  {choice.family_label:<25} {choice.label}: {reads}{mark}")
+            if choice.note:
+                lines.append(f"  {'':<25} ({choice.note})")
     return lines

@@ -533,6 +533,30 @@ FIXTURE_CASES = {
         None,
         None,
     ),  # Kimi-K2.5 (K2 text model)
+    "kimi_k25_int4.json": (
+        "deepseek_vl_text",
+        384,
+        8,
+        2048,
+        7168,
+        7168,
+        1,
+        None,
+        "compressed-tensors",
+        None,
+    ),  # Kimi-K2.5 with its int4 W4A16 quantization_config
+    "deepseek_v4_flash.json": (
+        "deepseek",
+        256,
+        6,
+        2048,
+        4096,
+        4096,
+        1,
+        None,
+        "fp8",
+        (128, 128),
+    ),  # DeepSeek-V4 defaults with Flash's expert_dtype fp4 and fp8 block config
     "kimi_vl.json": (
         "deepseek_vl_text",
         64,

@@ -97,7 +97,7 @@ CASES = {
         (128, 1024, "fp8_w8a8", None, False),
         "E=128,N=1024,device_name=NVIDIA_H200,dtype=fp8_w8a8.json",
         "E=128,N=1024,device_name=NVIDIA_H200,dtype=fp8_w8a8.json",
-        (True, True),
+        (False, True),  # vLLM: FlashInfer CUTLASS (Hopper) / TRT-LLM (Blackwell)
     ),
     "nvfp4": (
         CATALOG / "nvidia__Qwen3.5-122B-A10B-NVFP4.json",
