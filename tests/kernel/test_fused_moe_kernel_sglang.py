@@ -29,6 +29,7 @@ from moetune.kernel.fused_moe import fused_moe
 from moetune.kernel.fused_moe_kernel_sglang import fused_moe_kernel
 from moetune.kernel.naive import naive_fused_moe
 from moetune.kernel.problem import make_problem
+from moetune.kernel.tma import split_configs
 
 GPU = os.environ.get("MOETUNE_GPU_TESTS") == "1"
 DEVICE = "cuda" if GPU else "cpu"
@@ -81,6 +82,9 @@ class SGLangTwin:
 
     def naive_assignment(self, *args) -> bool:  # noqa: ANN002
         return sglang_0_5_23.naive_assignment(*args)
+
+    def split_configs(self, config, down_config):  # noqa: ANN001, ANN201
+        return split_configs(config, down_config)  # SGLang reads an entry as moetune does
 
     def __call__(self, a, w, c, **launch):  # noqa: ANN001, ANN003, ANN204
         return sglang_0_5_23.launch(self.kernel, GemmCall(a, w, c, **launch), self.capability)

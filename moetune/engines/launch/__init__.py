@@ -310,6 +310,7 @@ class EngineGemm:
             self.kernel = load_jit_functions(Path(ref.source), (self.release.KERNEL,))[
                 self.release.KERNEL
             ]
+            _interpreter_bf16()
         self.capability = _capability()
 
     def naive_assignment(
@@ -331,6 +332,18 @@ class EngineGemm:
         from moetune.engines.launch.common import GemmCall
 
         return self.release.launch(self.kernel, GemmCall(a, w, c, **launch), self.capability)
+
+
+def _interpreter_bf16() -> None:
+    """On Triton's CPU interpreter, compute the engine's bf16 dots and casts right
+    (`moetune.kernel.interpreter_bf16`): the engine's source cannot carry the twins'
+    workaround. Nothing changes on a GPU."""
+    from moetune.kernel.fused_moe_kernel import interpreting
+
+    if interpreting():
+        from moetune.kernel.interpreter_bf16 import patch_interpreter_bf16
+
+        patch_interpreter_bf16()
 
 
 def _capability() -> tuple[int, int] | None:
