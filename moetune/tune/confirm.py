@@ -242,3 +242,58 @@ def written_speedup(
     engine = baseline.split("_", 1)[0]
     written = next((d.written for d in decisions if d.engine == engine), tuned)
     return confirmation.ratio(baseline, written)
+
+
+ROUND_STRIDE = 7919
+
+
+def round_seed(round_index: int, batch_size: int) -> int:
+    """The routing draws of one round at one batch size (every config of it reads them)."""
+    return ROUND_STRIDE * (round_index + 1) + batch_size
+
+
+def round_of(seed: int, batch_size: int) -> int:
+    """The round a unit's seed belongs to (`round_seed` read back)."""
+    return (seed - batch_size) // ROUND_STRIDE - 1
+
+
+def confirmation_units(
+    problem: Any, named: Mapping[int, Mapping[str, Any]], rounds: int
+) -> list[Any]:
+    """The work units of `rounds` interleaved rounds: per round, per batch size, one unit
+    timing each distinct config of ``named[M]`` (name -> config) once, in `round_orders`."""
+    from moetune.tune.measure.worker import WorkUnit
+
+    orders = {m: round_orders(list(configs.values()), rounds) for m, configs in named.items()}
+    return [
+        WorkUnit(problem, m, orders[m][r], "confirm", seed=round_seed(r, m))
+        for r in range(rounds)
+        for m in named
+        if orders[m]
+    ]
+
+
+def time_rounds(
+    backend: Any, problem: Any, named: Mapping[int, Mapping[str, Any]], rounds: int
+) -> dict[int, Confirmation]:
+    """Run the confirmation's units on `backend` (`moetune.tune.measure.measurer.Backend`)
+    and gather, per batch size, each name's time in each round (None: failed)."""
+    from moetune.tune.environment import ENVIRONMENT, WorkerEnvironmentError
+
+    times: dict[int, dict[Any, list[float | None]]] = {
+        m: {config: [None] * rounds for config in configs.values()} for m, configs in named.items()
+    }
+    for unit, outcome in backend.run(confirmation_units(problem, named, rounds)):
+        if outcome.status == ENVIRONMENT:
+            raise WorkerEnvironmentError(outcome.error or "an unknown environment error")
+        index = round_of(unit.seed, unit.batch_size)
+        ok = outcome.status == "ok" and outcome.latency_us is not None
+        times[unit.batch_size][outcome.candidate][index] = outcome.latency_us if ok else None
+    return {
+        m: Confirmation(
+            m,
+            {name: tuple(times[m][config]) for name, config in configs.items()},
+            dict(configs),
+        )
+        for m, configs in named.items()
+    }
