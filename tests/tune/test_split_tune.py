@@ -7,6 +7,7 @@ import pytest
 
 from moetune.device import DeviceLimits
 from moetune.engines.tuned_file import validate_tuned_config
+from moetune.tune.confirm import TUNED
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TuneRequest, make_plan, plan_lines, run_tune
 from moetune.tune.search.space import load_space
@@ -71,7 +72,11 @@ def test_a_split_tune_writes_three_valid_files_sharing_block_m(split_run):
     validate_tuned_config(first.files[2], "sglang")
     for row in first.rows:
         m = str(row.batch_size)
-        assert vllm[m] == row.config.as_config()  # vLLM keeps the single config
+        # vLLM keeps the single config, or its own where the confirmation kept it.
+        kept = row.written_for("vllm")
+        baselines = {b.key: b.configs for b in first.baselines}
+        expected = row.config if kept == TUNED else baselines[kept][row.batch_size]
+        assert vllm[m] == expected.as_config()
         assert sglang[m]["BLOCK_SIZE_M"] == sglang_down[m]["BLOCK_SIZE_M"]
         assert isinstance(sglang_down[m]["USE_TMA"], bool)
         if cpu_tma_reason() is not None:
