@@ -297,3 +297,45 @@ def time_rounds(
         )
         for m, configs in named.items()
     }
+
+
+# Finalists: the search's runners-up whose full-fidelity time is within FINALIST_SPREAD of its
+# pick are confirmed with it, and the one with the lowest median is written.
+FINALIST_SPREAD = 0.02
+MAX_FINALISTS = 3  # the pick included
+FINALIST = "finalist"  # names "finalist 2", "finalist 3" ... in a confirmation's timings
+
+
+def finalists(
+    ranking: Sequence[tuple[Any, float]], pick: Any, spread: float = FINALIST_SPREAD
+) -> list[Any]:
+    """The configs ranked after `pick` in `ranking` ((config, search time), fastest first)
+    whose time is within `spread` of the pick's, at most ``MAX_FINALISTS - 1`` of them:
+    within the noise of one timing, the search cannot tell them from its pick."""
+    order = [config for config, _ in ranking]
+    if pick not in order:
+        return []
+    start = order.index(pick)  # those ranked above the pick failed the check against the reference
+    limit = ranking[start][1] * (1.0 + spread)
+    others = [config for config, us in ranking[start + 1 :] if config != pick and us <= limit]
+    return others[: MAX_FINALISTS - 1]
+
+
+def choose_finalist(confirmation: Confirmation) -> Confirmation:
+    """The confirmation with `TUNED` naming the finalist of lowest median (the search's pick
+    and its runners-up named ``finalist N``); the others keep ``finalist N`` names, the
+    pick's becomes ``finalist 1``. Unchanged when the pick has the lowest median."""
+    names = [TUNED] + [name for name in confirmation.timings_us if name.startswith(FINALIST)]
+    medians = {name: confirmation.median(name) for name in names}
+    timed = {name: median.value for name, median in medians.items() if median is not None}
+    if not timed:
+        return confirmation
+    best = min(timed, key=lambda name: (timed[name], name != TUNED))
+    if best == TUNED:
+        return confirmation
+    swap = {TUNED: f"{FINALIST} 1", best: TUNED}
+    return Confirmation(
+        confirmation.batch_size,
+        {swap.get(name, name): series for name, series in confirmation.timings_us.items()},
+        {swap.get(name, name): config for name, config in confirmation.configs.items()},
+    )

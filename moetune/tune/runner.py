@@ -16,8 +16,10 @@ verify    each winner against the PyTorch reference; a wrong one is never
 split     for SGLang's up/down tables: the up and down GEMMs searched apart,
           a pair written only where it is faster as a whole call
           (`moetune.tune.search.split_search`)
-confirm   the verified configs and every baseline timed again, interleaved over
-          ``confirm_rounds`` rounds (`moetune.tune.confirm`); each engine's file keeps
+confirm   the verified configs, the runners-up within the noise of them and every
+          baseline timed again, interleaved over ``confirm_rounds`` rounds
+          (`moetune.tune.confirm`); the finalist of lowest median is the tuned config,
+          and each engine's file keeps
           the engine's own config at a batch size where the tuned one is not faster
           beyond the noise, and the summary's times and speedups are these
 write     the vLLM and SGLang files, atomically, schema-validated
@@ -458,7 +460,7 @@ def run_tune(
             stage(name)
 
     from moetune.tune.baselines import engine_baselines, prefetch_baselines, time_baselines
-    from moetune.tune.confirm import decide
+    from moetune.tune.confirm import choose_finalist, decide
     from moetune.tune.output import write_engine_files
     from moetune.tune.search.strategy import (
         exhaustive_search,
@@ -538,10 +540,16 @@ def run_tune(
             )
 
         confirmations: dict[int, Confirmation] = {}
+        runners_up: dict[int, dict[Candidate, tuple[Measurement, int, float | None]]] = {}
         if request.confirm_rounds > 0:
             enter("confirm")
+            runners_up = verify_finalists(backend, problem, choices, verified)
             confirmations = confirm_round(
-                backend, plan, {m: verified[m][0].candidate for m in verified}, summary.baselines
+                backend,
+                plan,
+                {m: verified[m][0].candidate for m in verified},
+                summary.baselines,
+                {m: list(found) for m, found in runners_up.items()},
             )
 
         if any(d is not None for d in request.devices) or request.backend == "ray":
@@ -555,6 +563,11 @@ def run_tune(
     hits = floor_hits(problem, request.batch_sizes, summary.notes) if summary.ceilings else {}
     for m in request.batch_sizes:
         pick, rank, rel_rms = verified[m]
+        confirmation = confirmations.get(m)
+        if confirmation is not None:
+            confirmation = choose_finalist(confirmation)
+            if confirmation.configs[TUNED] != pick.candidate:  # a runner-up's median is lower
+                pick, rank, rel_rms = runners_up[m][confirmation.configs[TUNED]]
         floor_us = None
         if summary.ceilings is not None and hits is not None:
             roof = moe_roofline(
@@ -573,7 +586,6 @@ def run_tune(
                 summary.notes.append(
                     beats_floor_note(m, pick.latency_us, floor_us, summary.ceilings, problem)
                 )
-        confirmation = confirmations.get(m)
         summary.rows.append(
             BatchResult(
                 m,
@@ -623,16 +635,51 @@ def run_tune(
     return summary
 
 
+def verify_finalists(
+    backend: Backend,
+    problem: TuneProblem,
+    choices: dict[int, list[Measurement]],
+    verified: dict[int, tuple[Measurement, int, float | None]],
+) -> dict[int, dict[Candidate, tuple[Measurement, int, float | None]]]:
+    """Per batch size, the search's runners-up within the noise of its pick
+    (`moetune.tune.confirm.finalists`) that match the reference, each as (its measurement,
+    its rank, relative RMS error), in rank order."""
+    from moetune.tune.confirm import finalists
+
+    found: dict[int, dict[Candidate, tuple[Measurement, int, float | None]]] = {}
+    rows: dict[tuple[int, Candidate], tuple[Measurement, int]] = {}
+    units = []
+    for m, (pick, _, _) in verified.items():
+        ranking = [(row.candidate, row.latency_us) for row in choices[m]]
+        for candidate in finalists(ranking, pick.candidate):
+            rank = next(i for i, row in enumerate(choices[m]) if row.candidate == candidate)
+            rows[(m, candidate)] = (choices[m][rank], rank)
+            units.append(WorkUnit(problem, m, (candidate,), "verify"))
+    outcomes = {(u.batch_size, o.candidate): o for u, o in backend.run(units)} if units else {}
+    for (m, candidate), (measurement, rank) in rows.items():
+        outcome = outcomes.get((m, candidate))
+        if outcome is not None and outcome.status == "ok":
+            found.setdefault(m, {})[candidate] = (measurement, rank, outcome.rel_rms)
+    return found
+
+
 def confirm_round(
-    backend: Backend, plan: TunePlan, tuned: dict[int, Candidate], baselines: Sequence[Any]
+    backend: Backend,
+    plan: TunePlan,
+    tuned: dict[int, Candidate],
+    baselines: Sequence[Any],
+    runners_up: dict[int, list[Candidate]] | None = None,
 ) -> dict[int, Confirmation]:
-    """The confirmation: at each batch size the tuned config and every baseline's config,
-    timed over ``plan.request.confirm_rounds`` interleaved rounds (`moetune.tune.confirm`)."""
-    from moetune.tune.confirm import time_rounds
+    """The confirmation: at each batch size the tuned config, the runners-up within the
+    noise of it and every baseline's config, timed over ``plan.request.confirm_rounds``
+    interleaved rounds (`moetune.tune.confirm`)."""
+    from moetune.tune.confirm import FINALIST, time_rounds
 
     named: dict[int, dict[str, Any]] = {}
     for m, config in tuned.items():
         named[m] = {TUNED: config}
+        for index, other in enumerate((runners_up or {}).get(m, []), start=2):
+            named[m][f"{FINALIST} {index}"] = other
         for baseline in baselines:
             if baseline.configs.get(m) is not None:
                 named[m][baseline.key] = baseline.configs[m]
@@ -642,9 +689,10 @@ def confirm_round(
 def written_configs(
     engine: str, rows: Sequence[BatchResult], baselines: Sequence[Any], split: Sequence[Any]
 ) -> tuple[dict[int, Candidate], list[Any]]:
-    """`engine`'s file's configs per batch size, and its split results: the tuned ones,
-    except where the confirmation kept the engine's own config (then that config, in
-    both tables of an engine that reads a down table)."""
+    """`engine`'s file's configs per batch size, and its split results: the tuned ones (the
+    confirmation's choice among the finalists), except where the confirmation kept the
+    engine's own config (then that config, in both tables of an engine that reads a down
+    table)."""
     from dataclasses import replace
 
     configs = {b.key: b.configs for b in baselines}
@@ -657,12 +705,14 @@ def written_configs(
         )
         if written != TUNED:
             kept[row.batch_size] = results[row.batch_size]
-    pairs = [
-        replace(result, single=kept[result.batch_size], split=False)
-        if result.batch_size in kept
-        else result
-        for result in split
-    ]
+    pairs = []
+    for result in split:
+        if result.batch_size in kept:
+            result = replace(result, single=kept[result.batch_size], split=False)
+        elif not result.split and result.single != results.get(result.batch_size, result.single):
+            # The confirmation chose a runner-up over the config the split search started from.
+            result = replace(result, single=results[result.batch_size])
+        pairs.append(result)
     return results, pairs
 
 

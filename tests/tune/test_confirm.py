@@ -149,3 +149,36 @@ def test_json_carries_the_rounds_and_medians() -> None:
     assert data["rounds"] == 2
     assert data["timings_us"][TUNED] == [170.12, 170.82]
     assert data["median_us"][TUNED]["value"] == pytest.approx(170.47)
+
+
+def test_finalists_are_the_runners_up_within_the_spread():
+    from moetune.tune.confirm import finalists
+
+    ranking = [("a", 10.0), ("b", 10.1), ("c", 10.19), ("d", 10.21), ("e", 10.0)]
+    assert finalists(ranking, "a") == ["b", "c"]  # at most two besides the pick
+    assert finalists([("a", 10.0), ("d", 10.3)], "a") == []
+    # A pick that is not the fastest: those above it failed the check, and stay out.
+    assert finalists([("x", 9.0), ("a", 10.0), ("b", 10.1)], "a") == ["b"]
+    assert finalists([("a", 10.0)], "zz") == []
+
+
+def test_the_finalist_with_the_lowest_median_is_the_tuned_config():
+    from moetune.tune.confirm import choose_finalist
+
+    confirmation = Confirmation(
+        2,
+        {
+            TUNED: (10.0, 10.3, 10.1),
+            "finalist 2": (9.8, 9.9, 10.2),
+            "vllm_file": (11.0, 11.0, 11.0),
+        },
+        {TUNED: "pick", "finalist 2": "runner-up", "vllm_file": "file"},
+    )
+    chosen = choose_finalist(confirmation)
+    assert chosen.configs[TUNED] == "runner-up" and chosen.configs["finalist 1"] == "pick"
+    assert chosen.timings_us[TUNED] == (9.8, 9.9, 10.2)
+    assert chosen.timings_us["vllm_file"] == (11.0, 11.0, 11.0)
+    # The pick stays where it is the fastest, and where a tie leaves it level.
+    assert choose_finalist(chosen).configs[TUNED] == "runner-up"
+    tie = Confirmation(1, {TUNED: (5.0,), "finalist 2": (5.0,)}, {TUNED: "p", "finalist 2": "q"})
+    assert choose_finalist(tie) is tie

@@ -320,3 +320,33 @@ def test_the_confirmation_runs_on_the_real_workers(tmp_path, monkeypatch):
     assert row.speedup_interval("vllm_fallback") is not None
     # The store keeps the search's timings only: a confirmation is never served as one.
     assert summary.measured == 4
+
+
+def test_a_runner_up_within_the_noise_is_written_where_its_median_is_lower(tmp_path, monkeypatch):
+    from moetune.tune.baselines import engine_baselines
+    from moetune.tune.confirm import TUNED
+
+    for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    plan = make_plan(request(tmp_path, engines=("vllm",), batch_sizes=(2,)), DeviceLimits.h200())
+    (fallback,) = engine_baselines(PROBLEM, (2,), ("vllm",), "NVIDIA H200", "3.6.0")
+    pick, runner_up = [c for c in plan.pruning[2].kept if c != fallback.configs[2]][:2]
+    # The search: the pick 1 % ahead of the runner-up, one timing each: within the noise.
+    search = {pick: 10.0, runner_up: 10.1, fallback.configs[2]: 11.0}
+    confirm = {
+        (2, pick): (10.0, 10.2, 10.1, 10.3, 10.1),
+        (2, runner_up): (9.6, 9.7, 9.6, 9.8, 9.7),
+        (2, fallback.configs[2]): (11.0, 11.1, 11.0, 11.2, 11.1),
+    }
+    backend = TableBackend(lambda m, c: search.get(c, 12.0), confirm)
+    summary = run_tune(plan, backend=backend)
+    (row,) = summary.rows
+    assert row.config == runner_up and row.verified_rank == 1 and row.search_us == 10.1
+    assert row.confirmation.configs["finalist 1"] == pick
+    assert all(
+        set(u.candidates) == {pick, runner_up, fallback.configs[2]} for u in backend.confirm_units
+    )
+    assert row.written_for("vllm") == TUNED
+    [vllm] = (json.loads(path.read_text()) for path in summary.files)
+    assert vllm["2"] == runner_up.as_config()
+    assert row.speedup_over("vllm_fallback") == pytest.approx(11.1 / 9.7)
