@@ -260,10 +260,22 @@ def plan_lines(plan: TunePlan) -> list[str]:
             f"  M={m:<5} {len(report.kept):>5} kept" + (f"  ({removed})" if removed else "")
         )
     lines.extend(_split_and_routing_lines(plan))
+    lines.extend(_confirm_lines(request.confirm_rounds))
     lines.append(f"Results:     {plan.store_path} (resumable)")
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
     return lines
+
+
+def _confirm_lines(rounds: int) -> list[str]:
+    """The plan's word on the confirmation round (`moetune.tune.confirm`)."""
+    if not rounds:
+        return ["Confirm:     off (--confirm-rounds 0): times and files from the search"]
+    return [
+        f"Confirm:     {rounds} interleaved rounds of the configs to write and the engines' own;",
+        "             a file keeps the engine's config where the tuned one is not faster",
+        "             beyond the noise (95 % interval)",
+    ]
 
 
 def kernel_description(problem: TuneProblem) -> str:
