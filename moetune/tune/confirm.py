@@ -10,7 +10,9 @@ plan        `round_orders`: every round times each distinct config once at each
             batch size, in one work unit (one process, one GPU, back to back), the
             order rotated from round to round so that no config is always first;
             every config of a round reads the same routing draws (the round's seed,
-            `moetune.tune.measure.worker`'s ``confirm`` mode) and gets a CUDA graph
+            `moetune.tune.measure.worker`'s ``confirm`` mode; the same as long as the
+            configs' graphs hold as many calls, which a call over 200 us may change:
+            `moetune.tune.measure.timing.TARGET_REPLAY_US`) and gets a CUDA graph
             captured afresh.
 statistics  per config the median over the rounds; per pair of configs the ratio
             of their medians with a `CONFIDENCE` interval from a *paired*
