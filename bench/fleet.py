@@ -73,11 +73,13 @@ class Target:
             f"TP{self.tp}" + (" EP" if self.ep else "") + (f" {self.dtype}" if self.dtype else "")
         )
 
-    def command(self, save_dir: Path, configs: Path) -> list[str]:
-        """The default tune of this layout, into `save_dir`, against the shipped files."""
+    def command(self, save_dir: Path, configs: Path, extra: Sequence[str] = ()) -> list[str]:
+        """The default tune of this layout (plus `extra`), into `save_dir`, against the
+        shipped files."""
         args = ["tune", "--model", str(self.model), "--tp", str(self.tp)]
         args += ["--ep"] if self.ep else []
         args += ["--dtype", self.dtype] if self.dtype else []
+        args += list(extra)
         return [*args, "--save-dir", str(save_dir), "--compare-dir", str(configs), "--json"]
 
 
@@ -283,6 +285,7 @@ def run(
     out: Path,
     *,
     budget_s: float | None = None,
+    extra: Sequence[str] = (),
     runner: Callable[[Sequence[str]], tuple[int, str, str]] = run_moetune,
     clock: Callable[[], float] = time.monotonic,
     say: Callable[[str], None] = print,
@@ -303,7 +306,7 @@ def run(
             )
             break
         save_dir = out / "tunes" / target.file.removesuffix(".json")
-        args = target.command(save_dir, configs)
+        args = target.command(save_dir, configs, extra)
         say(f"[{index + 1}/{len(todo)}] moetune {shlex.join(args)}")
         begun = clock()
         code, stdout, stderr = runner(args)
@@ -333,6 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="journal, table and save dirs")
     parser.add_argument("--budget-s", type=float, default=None, help="start no file after this")
+    parser.add_argument(
+        "--tune-args",
+        default="",
+        help="added to every tune (e.g. '--engine vllm'; default: none, the default command)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the selection and stop")
     parser.add_argument("--table", action="store_true", help="print the table of the journal")
     options = parser.parse_args(argv)
@@ -356,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.table:
         print("\n".join(table_lines(read_journal(options.out), targets, None)))
         return 0
-    stopped = run(targets, options.configs, options.out, budget_s=options.budget_s)
+    extra = shlex.split(options.tune_args)
+    stopped = run(targets, options.configs, options.out, budget_s=options.budget_s, extra=extra)
     print(stopped or f"Done: every explained file is in {options.out / TABLE}.")
     return 0
 

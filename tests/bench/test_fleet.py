@@ -36,6 +36,8 @@ def test_a_file_is_explained_by_the_first_model_and_layout_that_names_it():
         "tune", "--model", "b/second", "--tp", "1", "--dtype", "fp8_w8a8",
         "--save-dir", "out", "--compare-dir", "cfg", "--json",
     ]  # fmt: skip
+    with_engine = last.command("out", "cfg", ["--engine", "vllm"])
+    assert with_engine[7:9] == ["--engine", "vllm"] and with_engine[-1] == "--json"
 
 
 def test_a_catalog_models_layouts_name_the_files_vllm_ships():
