@@ -286,6 +286,7 @@ def run(
     *,
     budget_s: float | None = None,
     extra: Sequence[str] = (),
+    save_root: Path | None = None,
     runner: Callable[[Sequence[str]], tuple[int, str, str]] = run_moetune,
     clock: Callable[[], float] = time.monotonic,
     say: Callable[[str], None] = print,
@@ -305,7 +306,7 @@ def run(
                 f"budget of {budget_s:.0f} s was spent; rerun the same command to go on."
             )
             break
-        save_dir = out / "tunes" / target.file.removesuffix(".json")
+        save_dir = (save_root or out / "tunes") / target.file.removesuffix(".json")
         args = target.command(save_dir, configs, extra)
         say(f"[{index + 1}/{len(todo)}] moetune {shlex.join(args)}")
         begun = clock()
@@ -341,6 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="",
         help="added to every tune (e.g. '--engine vllm'; default: none, the default command)",
     )
+    parser.add_argument(
+        "--save-root",
+        type=Path,
+        default=None,
+        help="where each tune's save dir goes (default: OUT/tunes); the journal and table stay in OUT",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the selection and stop")
     parser.add_argument("--table", action="store_true", help="print the table of the journal")
     options = parser.parse_args(argv)
@@ -365,7 +372,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(table_lines(read_journal(options.out), targets, None)))
         return 0
     extra = shlex.split(options.tune_args)
-    stopped = run(targets, options.configs, options.out, budget_s=options.budget_s, extra=extra)
+    stopped = run(
+        targets,
+        options.configs,
+        options.out,
+        budget_s=options.budget_s,
+        extra=extra,
+        save_root=options.save_root,
+    )
     print(stopped or f"Done: every explained file is in {options.out / TABLE}.")
     return 0
 
