@@ -123,3 +123,42 @@ def test_a_batch_size_key_in_unicode_digits_is_a_one_line_error(tmp_path):
         'Error: odd.json: key "²" is not a batch size: expected a positive whole number '
         'in ASCII digits, no leading zero, at most 9 digits (e.g. "64")\n'
     )
+
+
+def test_repeat_times_interleaved_rounds_and_reports_intervals(tmp_path):
+    """--repeat 3 on the CPU (interpreter): medians over the rounds, their intervals, and
+    the file's speedup over each baseline with its interval, in the JSON and the table."""
+    name = "E=8,N=64,device_name=NVIDIA_H200.json"
+    tile = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
+    (tmp_path / name).write_text(json.dumps({"1": {**tile, "num_warps": 4, "num_stages": 2}}))
+    config = {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "intermediate_size": 64,
+        "hidden_size": 128,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    args = ["benchmark", "-m", "./config.json", "--batch-size", "2", "--engine", "vllm"]
+    args += ["--config", name, "--repeat", "3"]
+    result = moetune([*args, "--json"], tmp_path, TRITON_INTERPRET="1")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["repeat"] == 3 and "paired bootstrap" in report["interval"]
+    (row,) = report["results"]
+    fallback, tuned = row["vllm_fallback"], row[name]
+    for entry in (fallback, tuned):
+        assert entry["status"] == "ok" and len(entry["rounds_us"]) == 3
+        low, high = entry["latency_interval_us"]
+        assert min(entry["rounds_us"]) <= low <= entry["latency_us"] <= high
+        assert high <= max(entry["rounds_us"])
+    speedup = tuned["speedup"]["vllm_fallback"]
+    assert speedup["low"] <= speedup["value"] <= speedup["high"]
+    assert speedup["value"] == fallback["latency_us"] / tuned["latency_us"]
+    assert tuned["ratio_to_reference"] == speedup
+    assert "speedup" not in fallback
+    table = moetune(args, tmp_path, TRITON_INTERPRET="1")
+    assert table.returncode == 0, table.stderr
+    assert "median us of 3 interleaved rounds" in table.stdout

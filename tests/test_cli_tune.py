@@ -343,3 +343,5 @@ def test_install_dir_prints_the_export_line(tmp_path):
     assert (tmp_path / "mine" / VLLM_NAME).is_file()
     assert f"To use it: export VLLM_TUNED_CONFIG_FOLDER={tmp_path / 'mine'}" in result.stdout
     assert "Geomean speedup: " in result.stdout and "x over the vLLM fallback" in result.stdout
+    # The summary's times are the confirmation's, and it says so.
+    assert "Times: medians of 5 interleaved confirmation rounds" in result.stdout

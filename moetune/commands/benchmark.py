@@ -57,6 +57,16 @@ class BenchmarkError(MoetuneError):
     "than this model's layout (default: warn, and time it as this shape anyway).",
 )
 @click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Interleaved rounds: each round times every config once per batch size, back to "
+    "back, the same routing draws for all, the order rotated from round to round. With 2 or "
+    "more: per batch size the median over the rounds, its 95 % interval, and each speedup "
+    "with its interval (a paired bootstrap over the rounds).",
+)
+@click.option(
     "json_",
     "--json",
     is_flag=True,
@@ -72,6 +82,7 @@ def benchmark(
     dry_run: bool,
     kernel: str,
     strict: bool,
+    repeat: int,
     json_: bool,
     **model: Any,
 ) -> None:
@@ -89,6 +100,10 @@ def benchmark(
     An SGLang file with a _down table beside it is timed as SGLang runs it: the up
     GEMM with the file's config and the down GEMM with the _down table's (TMA where
     an entry asks). Every column is then timed in that split harness.
+
+    --repeat N times N interleaved rounds (A B A B ...) and reports medians with
+    their intervals: one timing of a small batch size moves several per cent from
+    run to run, so a gain of a few per cent needs the rounds to be believed.
 
     \b
     Example usage:
@@ -158,6 +173,7 @@ def benchmark(
         "configs": names,
         "notes": notes,
         "warnings": warnings,
+        "repeat": repeat,
     }
     if dry_run:
         if json_:
@@ -172,16 +188,25 @@ def benchmark(
     units = [WorkUnit(problem, m, tuple(dict.fromkeys(picks[m].values())), "full") for m in sizes]
     warm = [WorkUnit(problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
     timings: dict[tuple[int, Any], Any] = {}
+    rounds: dict[int, Any] = {}
     workers = default_compile_workers(devices)
     with WorkerPool(list(devices), compile_workers=workers, timeout_s=timeout_s) as pool:
         if workers:
             for _ in pool.run(warm):  # compile everything in parallel first; timing decides
                 pass
-        for unit, outcome in pool.run(units):
-            timings[(unit.batch_size, outcome.candidate)] = outcome
+        if repeat > 1:
+            from moetune.tune.confirm import time_rounds
+
+            rounds = time_rounds(pool, problem, picks, repeat)
+        else:
+            for unit, outcome in pool.run(units):
+                timings[(unit.batch_size, outcome.candidate)] = outcome
 
     rows = []
     for m in sizes:
+        if repeat > 1:
+            rows.append(_repeated_row(m, names, picks[m], rounds[m], [b.key for b in baselines]))
+            continue
         row: dict[str, Any] = {"batch_size": m}
         for name in names:
             candidate = picks[m].get(name)
@@ -209,13 +234,21 @@ def benchmark(
     }
     if json_:
         report = {**facts, "results": rows, "geomean_speedup": geomeans}
+        if repeat > 1:
+            from moetune.tune.confirm import INTERVAL_METHOD
+
+            report["interval"] = INTERVAL_METHOD
         click.echo(json.dumps(report, indent=2))
         return
     # Files are columns "file 1", "file 2"...: their names, too long for a column, are
     # listed whole under the table.
     labels = {b.key: b.label for b in baselines}
     labels |= {name: f"file {index}" for index, name in enumerate(files, 1)}
-    _print_table(rows, names, labels, f"{problem.key()} on {resolved.device_name}")
+    title = f"{problem.key()} on {resolved.device_name}"
+    if repeat > 1:
+        _print_repeated(rows, names, labels, title, repeat)
+    else:
+        _print_table(rows, names, labels, title)
     if harness == "pair":
         click.echo(HARNESS_NOTE)
     for name, speedups in geomeans.items():
@@ -229,6 +262,78 @@ def benchmark(
         click.echo(f"  {b.label}: {b.source}")
     for name in files:
         click.echo(f"  {labels[name]}: {name}")
+
+
+def _repeated_row(
+    m: int, names: list[str], picks: dict[str, Any], confirmation: Any, baselines: list[str]
+) -> dict[str, Any]:
+    """One batch size of ``--repeat``: per config its median over the rounds with its
+    interval and each round's time; per config that is not a baseline, its speedup over
+    each baseline (baseline median / its median) with the paired interval."""
+    from moetune.engines.tuned_file import describe
+
+    row: dict[str, Any] = {"batch_size": m}
+    for name in names:
+        if picks.get(name) is None:
+            row[name] = {"config": None, "status": "no runnable config", "latency_us": None}
+            continue
+        median = confirmation.median(name)
+        entry = {
+            **describe(picks[name]),
+            "status": "ok" if median is not None else "failed in every round",
+            "latency_us": None if median is None else median.value,
+            "latency_interval_us": None if median is None else [median.low, median.high],
+            "rounds_us": list(confirmation.timings_us[name]),
+        }
+        if name not in baselines:
+            entry["speedup"] = {
+                key: None if (ratio := confirmation.ratio(key, name)) is None else ratio.to_json()
+                for key in baselines
+                if key in confirmation.timings_us
+            }
+        row[name] = entry
+    reference = names[0]
+    if reference in confirmation.timings_us:
+        for name in names[1:]:
+            if name in confirmation.timings_us and row[name]["latency_us"] is not None:
+                ratio = confirmation.ratio(reference, name)
+                row[name]["ratio_to_reference"] = None if ratio is None else ratio.to_json()
+    return row
+
+
+def _print_repeated(
+    rows: list[dict[str, Any]], names: list[str], labels: dict[str, str], title: str, repeat: int
+) -> None:
+    """The ``--repeat`` table: median us [interval], and the speedup over the first column
+    (its fallback) with its interval."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from moetune.commands.terminal import print_table
+
+    reference = names[0]
+    table = Table(
+        title=f"{title}: median us of {repeat} interleaved rounds [95 % interval] "
+        f"(speedup over the {labels[reference]} [95 % interval])"
+    )
+    table.add_column("M", justify="right")
+    for name in names:
+        table.add_column(labels[name], justify="right")
+    for row in rows:
+        cells = [str(row["batch_size"])]
+        for name in names:
+            entry = row[name]
+            if entry["latency_us"] is None:
+                cells.append(entry["status"])
+                continue
+            low, high = entry["latency_interval_us"]
+            cell = f"{entry['latency_us']:.1f} [{low:.1f}-{high:.1f}]"
+            ratio = entry.get("ratio_to_reference")
+            if ratio is not None:
+                cell += f" ({ratio['value']:.3f}x [{ratio['low']:.3f}-{ratio['high']:.3f}])"
+            cells.append(cell)
+        table.add_row(*cells)
+    print_table(Console(highlight=False), table)
 
 
 def _described(pick: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from moetune.commands.options import (
 from moetune.commands.terminal import print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_HELP
+from moetune.tune.confirm import DEFAULT_ROUNDS
 from moetune.tune.results_dir import RESULTS_ROOT
 
 SEARCHES = ("fast", "thorough", "exhaustive")
@@ -51,6 +52,16 @@ SEARCHES = ("fast", "thorough", "exhaustive")
     type=click.Path(exists=True, dir_okay=False),
     help="JSON/YAML file of the configs to search: a grid or a list (docs/search-space.md; "
     "default: vLLM's and SGLang's 1,920-config grid).",
+)
+@click.option(
+    "--confirm-rounds",
+    type=click.IntRange(min=0),
+    default=DEFAULT_ROUNDS,
+    show_default=True,
+    help="After the search, time the configs to write and every engine baseline again over "
+    "N interleaved rounds: the summary's times and speedups come from them, and at a batch "
+    "size where the tuned config is not faster beyond the noise (95 % interval) each file "
+    "keeps the engine's own config. 0: no confirmation (times and files from the search).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop (works without a GPU).")
 @gpus_option
@@ -111,6 +122,7 @@ def tune(
     engine: str,
     search: str,
     space_file: str | None,
+    confirm_rounds: int,
     dry_run: bool,
     gpus: tuple[str, ...] | None,
     backend: str,
@@ -218,6 +230,7 @@ def tune(
         space_source=space_file or "vLLM/SGLang default grid",
         up_tma=up_tma,
         compare_dir=compare_dir,
+        confirm_rounds=confirm_rounds,
     )
     notes = [note for group in sweep.groups for note in group.notes] + machine.notes
     notes += kernel_notes
@@ -431,18 +444,16 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
         cells = [
             str(row.batch_size),
             row.config.short() + (f" (#{row.verified_rank + 1})" if row.verified_rank else ""),
-            f"{row.latency_us:.1f}",
+            f"{row.confirmed_us:.1f}",
         ]
         for baseline in summary.baselines:
-            base = row.baseline_us.get(baseline.key)
-            cells.append(
-                "-" if base is None else f"{base:.1f} ({row.speedup_over(baseline.key):.2f}x)"
-            )
+            cells.append(_baseline_cell(row, baseline.key))
         cells.append(
             "-" if row.roofline_fraction is None else f"{100 * row.roofline_fraction:.0f} %"
         )
         table.add_row(*cells)
     print_table(console, table)
+    console.print(_times_line(summary), markup=False, soft_wrap=True)
     console.print(
         f"Kernel: {kernel_description(summary.plan.problem)}", markup=False, soft_wrap=True
     )
@@ -465,6 +476,34 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
     console.print("Wrote:", markup=False)
     for path in summary.files:  # a path per line, never wrapped: it copies whole
         console.print(f"  {path}", markup=False, soft_wrap=True)
+
+
+def _baseline_cell(row, key: str) -> str:  # noqa: ANN001
+    """A baseline's time and the speedup of what its engine's file holds, with the
+    confirmation's interval (``*``: that file keeps the engine's own config here)."""
+    base, speedup = row.baseline_time(key), row.speedup_over(key)
+    if base is None or speedup is None:
+        return "-"
+    span = row.speedup_interval(key)
+    kept = "*" if row.written_for(key.split("_", 1)[0]) != "tuned" else ""
+    if span is None:
+        return f"{base:.1f} ({speedup:.2f}x){kept}"
+    return f"{base:.1f} ({speedup:.2f}x [{span.low:.2f}-{span.high:.2f}]){kept}"
+
+
+def _times_line(summary) -> str:  # noqa: ANN001
+    """Where the table's times come from."""
+    rounds = summary.plan.request.confirm_rounds
+    if not rounds or not any(row.confirmation for row in summary.rows):
+        return "Times: the search's own timings (no confirmation round: --confirm-rounds 0)."
+    kept = sum(d.kept_engine_config for row in summary.rows for d in row.decisions)
+    marked = (
+        f"; * marks the {kept} batch size(s) where a file keeps the engine's config" if kept else ""
+    )
+    return (
+        f"Times: medians of {rounds} interleaved confirmation rounds; speedups of what each "
+        f"engine's file holds, [95 % interval]{marked}."
+    )
 
 
 def _print_served(result, console) -> None:  # noqa: ANN001

@@ -60,18 +60,34 @@ class BaselineInfo:
         return {"key": self.key, "label": self.label, "source": self.source}
 
 
+Span = tuple[float, float]  # (low, high) of a 95 % interval
+
+
 @dataclass(frozen=True)
 class Row:
-    """One batch size: the written config, its time, each baseline's time, the floor."""
+    """One batch size: the written config, its time, each baseline's time, the floor.
+
+    A tune with a confirmation round (`moetune.tune.confirm`) gives the times as the
+    confirmation's medians with their intervals, and the speedup of what each engine's
+    file holds (the tuned config, or the engine's own kept) with its interval.
+    """
 
     batch_size: int
     config: dict[str, int] | None
     latency_us: float | None
     baseline_us: dict[str, float | None]
     floor_us: float | None = None
+    latency_interval: Span | None = None
+    baseline_intervals: dict[str, Span] = field(default_factory=dict)
+    speedups: dict[str, float | None] = field(default_factory=dict)  # the summary's own
+    speedup_intervals: dict[str, Span] = field(default_factory=dict)
+    written: dict[str, str] = field(default_factory=dict)  # engine -> "tuned" or baseline key
 
     def speedup_over(self, key: str) -> float | None:
-        """Baseline time over the tuned time (None: either not timed)."""
+        """Baseline time over the written config's time (None: either not timed): the
+        confirmation's where the summary has it, else baseline / tuned."""
+        if key in self.speedups:
+            return self.speedups[key]
         base = self.baseline_us.get(key)
         return None if not base or not self.latency_us else base / self.latency_us
 
@@ -109,6 +125,7 @@ class ShapeReport:
     missing: list[str] = field(default_factory=list)  # what a rebuilt report cannot show
     notes: list[str] = field(default_factory=list)  # the tune's notes
     measurements: dict[str, int] = field(default_factory=dict)  # the store's rows for the shape
+    confirmation: dict[str, Any] | None = None  # rounds and interval method; None: search times
 
     @property
     def shape_key(self) -> str:
@@ -152,10 +169,14 @@ class ShapeReport:
                     "batch_size": row.batch_size,
                     "config": row.config,
                     "latency_us": row.latency_us,
+                    "latency_interval_us": _span(row.latency_interval),
+                    "written": row.written or None,
                     "baselines": {
                         b.key: {
                             "latency_us": row.baseline_us.get(b.key),
+                            "latency_interval_us": _span(row.baseline_intervals.get(b.key)),
                             "speedup": row.speedup_over(b.key),
+                            "speedup_interval": _span(row.speedup_intervals.get(b.key)),
                         }
                         for b in self.baselines
                     },
@@ -165,6 +186,7 @@ class ShapeReport:
                 for row in self.rows
             ],
             "geomean_speedup": {b.key: self.geomean_speedup(b.key) for b in self.baselines},
+            "confirmation": self.confirmation,
             "floor": self.floor,
             "files": self.files,
             "missing": self.missing,
@@ -378,6 +400,39 @@ def _floor_line(ceilings: dict[str, Any] | None) -> str | None:
     )
 
 
+def _span(span: Span | None) -> list[float] | None:
+    return None if span is None else [span[0], span[1]]
+
+
+def _read_span(value: Any) -> Span | None:
+    """A summary's ``[low, high]``, or None where it has none (or not two numbers)."""
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
+        return (float(value[0]), float(value[1]))
+    return None
+
+
+def _confirmed_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """The confirmation's fields of one summary row (`moetune.tune.runner.summary_json`):
+    intervals, the written file's speedups, what each engine's file holds. A summary
+    written before the confirmation round has none of them."""
+    if not result.get("confirmation"):
+        return {}
+    baselines = {k: v or {} for k, v in (result.get("baselines") or {}).items()}
+    intervals = {k: _read_span(v.get("latency_interval_us")) for k, v in baselines.items()}
+    speedups = {k: _read_span(v.get("speedup_interval")) for k, v in baselines.items()}
+    return {
+        "latency_interval": _read_span(result.get("latency_interval_us")),
+        "baseline_intervals": {k: v for k, v in intervals.items() if v is not None},
+        "speedups": {k: v.get("speedup") for k, v in baselines.items()},
+        "speedup_intervals": {k: v for k, v in speedups.items() if v is not None},
+        "written": {str(k): str(v) for k, v in (result.get("written") or {}).items()},
+    }
+
+
 def _from_summary(
     path: Path, name: str, entry: dict[str, Any], store: ResultStore | None
 ) -> ShapeReport:
@@ -395,6 +450,7 @@ def _from_summary(
                 k: (v or {}).get("latency_us") for k, v in (result.get("baselines") or {}).items()
             },
             floor_us=result.get("floor_us"),
+            **_confirmed_fields(result),
         )
         for result in entry.get("results", [])
     ]
@@ -421,6 +477,7 @@ def _from_summary(
         missing=missing,
         notes=[str(note) for note in entry.get("notes", [])],
         measurements=_counts(store, key) if store else {},
+        confirmation=entry.get("confirmation") or None,
     )
 
 

@@ -70,6 +70,13 @@ def make_plots(report: Report) -> dict[str, list[Plot]]:
             made.setdefault(section, []).append(
                 Plot(name, caption, plots.shape_plot(shape, engine))
             )
+            made[section].append(
+                Plot(
+                    name.replace(".png", "-speedup.png"),
+                    f"{caption}: speedup",
+                    plots.speedup_plot(shape, engine),
+                )
+            )
     for index, comparison in enumerate(report.comparisons, start=1):
         section = f"compare-{index}"
         name = f"{section}-{slug(comparison.problem_key)}.png"
@@ -134,7 +141,9 @@ def shape_table(shape: ShapeReport, index: int) -> str:
         for baseline in shape.baselines:
             base, speedup = row.baseline_us.get(baseline.key), row.speedup_over(baseline.key)
             cells.append(_cell(us(base), base, f"{baseline.key}_us"))
-            cells.append(_cell(times(speedup), speedup, f"{baseline.key}_speedup"))
+            span = row.speedup_intervals.get(baseline.key)
+            text = times(speedup) + ("" if span is None else f" [{span[0]:.3f}-{span[1]:.3f}]")
+            cells.append(_cell(text, speedup, f"{baseline.key}_speedup"))
         cells.append(_cell(us(row.floor_us), row.floor_us, "floor_us"))
         fraction = row.roofline_fraction
         cells.append(_cell(percent(fraction), fraction, "roofline_fraction"))
@@ -154,6 +163,7 @@ def shape_section(shape: ShapeReport, index: int, section: list[Plot]) -> str:
         f'<p class="origin">{escape(shape.name)}: {escape(origin_line(shape))}</p>',
         f'<div class="side">{_figures(section)}{shape_table(shape, index)}</div>',
         f'<p class="headline">{escape(headline(shape))}</p>',
+        *_confirmation_line(shape),
         _list("sources", [f"{b.label}: {b.source}" for b in shape.baselines]),
     ]
     if shape.floor:
@@ -175,6 +185,19 @@ def shape_section(shape: ShapeReport, index: int, section: list[Plot]) -> str:
         )
     parts.append("</section>")
     return "".join(parts)
+
+
+def _confirmation_line(shape: ShapeReport) -> list[str]:
+    """Where the times come from: the confirmation's rounds, or the search's own timings."""
+    confirmation = shape.confirmation
+    if not confirmation:
+        text = "Times and speedups: the search's own timings (no confirmation round)."
+    else:
+        text = (
+            f"Times and speedups: medians of {confirmation.get('rounds')} interleaved "
+            f"confirmation rounds; [low-high]: {confirmation.get('interval')}."
+        )
+    return [f'<p class="confirmation">{escape(text)}</p>']
 
 
 def comparison_table(comparison: Comparison, index: int) -> str:

@@ -1,4 +1,7 @@
-"""Time per batch size, log-log, as PNG bytes: one plot per (shape, engine), one per comparison.
+"""Plots as PNG bytes: per (shape, engine) the time per batch size (log-log) and the speedup
+per batch size (linear, where gains of 1-11 % show); one time plot per comparison. Where the
+tune confirmed its times (`moetune.tune.confirm`), each point carries its 95 % interval as an
+error bar.
 
 matplotlib is optional (``pip install -e ".[report]"`` in the checkout) and imported inside the
 plotting functions only, through its object API (`Figure`, the Agg canvas): no
@@ -38,19 +41,20 @@ def _figure(title: str) -> tuple[Any, Any]:
     return figure, axes
 
 
-def _finish(figure: Any, axes: Any, batch_sizes: list[int]) -> bytes:
+def _finish(figure: Any, axes: Any, batch_sizes: list[int], *, log_y: bool = True) -> bytes:
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
     axes.set_xticks(batch_sizes, [str(m) for m in batch_sizes], fontsize=7, rotation=45)
     axes.xaxis.set_minor_formatter(NullFormatter())
-    axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axes.yaxis.set_major_formatter(ScalarFormatter())
-    axes.yaxis.set_minor_formatter(NullFormatter())
+    if log_y:
+        axes.set_yscale("log")
+        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes.yaxis.set_major_formatter(ScalarFormatter())
+        axes.yaxis.set_minor_formatter(NullFormatter())
+        axes.set_ylabel("time per fused-MoE call (us)")
     axes.tick_params(axis="y", which="both", labelsize=7)
     axes.set_xlabel("batch size M (tokens)")
-    axes.set_ylabel("time per fused-MoE call (us)")
     axes.grid(True, which="major", alpha=0.3)
     axes.legend(fontsize=8)
     buffer = io.BytesIO()
@@ -63,21 +67,74 @@ def _points(pairs: list[tuple[int, float | None]]) -> tuple[list[int], list[floa
     return [m for m, _ in kept], [v for _, v in kept]
 
 
+def error_bars(
+    points: list[tuple[int, float | None, tuple[float, float] | None]],
+) -> tuple[list[int], list[float], list[list[float]] | None]:
+    """x, y and matplotlib's ``yerr`` (distances below and above each point) of the points
+    that have a value; ``yerr`` None where no point has an interval (a tune without a
+    confirmation), 0 for a point without one."""
+    kept = [(m, v, span) for m, v, span in points if v is not None]
+    if not any(span is not None for _, _, span in kept):
+        return [m for m, _, _ in kept], [v for _, v, _ in kept], None
+    below = [max(0.0, v - span[0]) if span else 0.0 for _, v, span in kept]
+    above = [max(0.0, span[1] - v) if span else 0.0 for _, v, span in kept]
+    return [m for m, _, _ in kept], [v for _, v, _ in kept], [below, above]
+
+
 def shape_plot(shape: ShapeReport, engine: str | None) -> bytes:
     """The tuned config against `engine`'s baselines (None: all) and the floor, as PNG."""
     which = engine_label(engine, "all engines")
     figure, axes = _figure(f"{shape.title}\n{shape.name}: {which}")
     ms = [row.batch_size for row in shape.rows]
-    x, y = _points([(r.batch_size, r.latency_us) for r in shape.rows])
-    axes.plot(x, y, "-o", color="C0", linewidth=2, markersize=4, label="tuned (moetune)")
+    x, y, yerr = error_bars([(r.batch_size, r.latency_us, r.latency_interval) for r in shape.rows])
+    axes.errorbar(
+        x, y, yerr=yerr, fmt="-o", color="C0", linewidth=2, markersize=4, capsize=2,
+        label="tuned (moetune)",
+    )  # fmt: skip
     for index, baseline in enumerate(shape.baselines_of(engine), start=1):
         style, marker = STYLES.get(baseline.key, ("--", "x"))
-        x, y = _points([(r.batch_size, r.baseline_us.get(baseline.key)) for r in shape.rows])
-        axes.plot(x, y, style, marker=marker, color=f"C{index}", markersize=4, label=baseline.label)
+        x, y, yerr = error_bars(
+            [
+                (
+                    r.batch_size,
+                    r.baseline_us.get(baseline.key),
+                    r.baseline_intervals.get(baseline.key),
+                )
+                for r in shape.rows
+            ]
+        )
+        axes.errorbar(
+            x, y, yerr=yerr, fmt=style, marker=marker, color=f"C{index}", markersize=4,
+            capsize=2, label=baseline.label,
+        )  # fmt: skip
     x, y = _points([(r.batch_size, r.floor_us) for r in shape.rows])
     if x:
         axes.plot(x, y, ":", color="0.4", label="roofline floor")
     return _finish(figure, axes, ms)
+
+
+def speedup_plot(shape: ShapeReport, engine: str | None) -> bytes:
+    """Speedup of the written file over each of `engine`'s baselines (None: all) per batch
+    size, on a linear axis around 1, with the confirmation's intervals as error bars."""
+    which = engine_label(engine, "all engines")
+    figure, axes = _figure(f"{shape.title}\n{shape.name}: {which}, speedup")
+    ms = [row.batch_size for row in shape.rows]
+    axes.axhline(1.0, color="0.4", linewidth=1, linestyle=":")
+    for index, baseline in enumerate(shape.baselines_of(engine), start=1):
+        style, marker = STYLES.get(baseline.key, ("--", "x"))
+        x, y, yerr = error_bars(
+            [
+                (r.batch_size, r.speedup_over(baseline.key), r.speedup_intervals.get(baseline.key))
+                for r in shape.rows
+            ]
+        )
+        axes.errorbar(
+            x, y, yerr=yerr, fmt=style, marker=marker, color=f"C{index}", markersize=4,
+            capsize=2, label=f"over the {baseline.label}",
+        )  # fmt: skip
+    confirmed = "confirmed, 95 % interval" if shape.confirmation else "the search's timings"
+    axes.set_ylabel(f"speedup of the written file ({confirmed})")
+    return _finish(figure, axes, ms, log_y=False)
 
 
 def comparison_plot(comparison: Comparison) -> bytes:

@@ -16,6 +16,12 @@ verify    each winner against the PyTorch reference; a wrong one is never
 split     for SGLang's up/down tables: the up and down GEMMs searched apart,
           a pair written only where it is faster as a whole call
           (`moetune.tune.search.split_search`)
+confirm   the verified configs, the runners-up within the noise of them and every
+          baseline timed again, interleaved over ``confirm_rounds`` rounds
+          (`moetune.tune.confirm`); the finalist of lowest median is the tuned config,
+          and each engine's file keeps
+          the engine's own config at a batch size where the tuned one is not faster
+          beyond the noise, and the summary's times and speedups are these
 write     the vLLM and SGLang files, atomically, schema-validated
 summary   per batch size: config, latency, speedup over each baseline,
           fraction of the roofline floor (read bandwidth and the dtype's
@@ -36,6 +42,7 @@ from moetune.device import DeviceLimits
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate
 from moetune.roofline import moe_roofline
+from moetune.tune.confirm import DEFAULT_ROUNDS, TUNED, Confirmation, Decision, Interval
 from moetune.tune.measure.measurer import Backend, RunContext, StoreMeasurer
 from moetune.tune.measure.routing_load import beats_floor_note, floor_hits
 from moetune.tune.measure.worker import WorkUnit
@@ -76,6 +83,7 @@ class TuneRequest:
     space_source: str = "default grid"
     up_tma: bool = False  # split tune: also search the up GEMM with TMA
     compare_dir: Path | None = None  # a folder of existing files to compare against
+    confirm_rounds: int = DEFAULT_ROUNDS  # the confirmation's rounds; 0: no confirmation
 
 
 @dataclass(frozen=True)
@@ -106,17 +114,57 @@ class BatchResult:
     rel_rms: float | None
     baseline_us: dict[str, float | None] = field(default_factory=dict)  # by Baseline.key
     experts_hit: float | None = None  # the floor's count from a replayed dump; None: uniform
+    # The confirmation round at this batch size and what each engine's file got from it.
+    confirmation: Confirmation | None = None
+    decisions: tuple[Decision, ...] = ()
+
+    @property
+    def search_us(self) -> float:
+        """The search's own timing of the config (`latency_us` before any confirmation)."""
+        return self.latency_us
+
+    @property
+    def confirmed_us(self) -> float:
+        """The tuned config's time: the confirmation's median, else the search's timing."""
+        median = None if self.confirmation is None else self.confirmation.median(TUNED)
+        return self.latency_us if median is None else median.value
+
+    def baseline_time(self, key: str) -> float | None:
+        """A baseline's time: the confirmation's median, else the search-time timing."""
+        if self.confirmation is not None:
+            median = self.confirmation.median(key)
+            return None if median is None else median.value
+        return self.baseline_us.get(key)
+
+    def speedup_interval(self, key: str) -> Interval | None:
+        """The speedup of the baseline's engine's file over the baseline, from the
+        confirmation (None without one, or where the baseline was not timed)."""
+        if self.confirmation is None:
+            return None
+        from moetune.tune.confirm import written_speedup
+
+        return written_speedup(self.confirmation, self.decisions, key)
 
     def speedup_over(self, key: str) -> float | None:
-        """Baseline time over the written config's time (None: baseline not timed)."""
+        """Baseline time over the written config's time (None: baseline not timed): from the
+        confirmation when there is one (what the engine's file holds at this batch size)."""
+        if self.confirmation is not None:
+            found = self.speedup_interval(key)
+            return None if found is None else found.value
         base = self.baseline_us.get(key)
         return None if base is None else base / self.latency_us
+
+    def written_for(self, engine: str) -> str:
+        """What `engine`'s file holds here: `TUNED`, or the baseline key whose config it kept."""
+        return next((d.written for d in self.decisions if d.engine == engine), TUNED)
 
     @property
     def roofline_fraction(self) -> float | None:
         """floor / latency, at most 1: a call that beats the floor is reported at 100 %
         and the summary carries a note that one of the floor's assumptions did not hold."""
-        return None if self.floor_us is None else min(1.0, self.floor_us / self.latency_us)
+        if self.floor_us is None:
+            return None
+        return min(1.0, self.floor_us / self.confirmed_us)
 
 
 @dataclass
@@ -138,7 +186,7 @@ class TuneSummary:
     def geomean_speedup(self, key: str) -> float | None:
         from moetune.tune.baselines import geomean_speedup
 
-        return geomean_speedup([(row.baseline_us.get(key), row.latency_us) for row in self.rows])
+        return geomean_speedup([(row.speedup_over(key), 1.0) for row in self.rows])
 
     def to_json(self) -> dict[str, Any]:
         """What `tune --json` prints for this shape (`summary_json`)."""
@@ -212,10 +260,22 @@ def plan_lines(plan: TunePlan) -> list[str]:
             f"  M={m:<5} {len(report.kept):>5} kept" + (f"  ({removed})" if removed else "")
         )
     lines.extend(_split_and_routing_lines(plan))
+    lines.extend(_confirm_lines(request.confirm_rounds))
     lines.append(f"Results:     {plan.store_path} (resumable)")
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
     return lines
+
+
+def _confirm_lines(rounds: int) -> list[str]:
+    """The plan's word on the confirmation round (`moetune.tune.confirm`)."""
+    if not rounds:
+        return ["Confirm:     off (--confirm-rounds 0): times and files from the search"]
+    return [
+        f"Confirm:     {rounds} interleaved rounds of the configs to write and the engines' own;",
+        "             a file keeps the engine's config where the tuned one is not faster",
+        "             beyond the noise (95 % interval)",
+    ]
 
 
 def kernel_description(problem: TuneProblem) -> str:
@@ -272,6 +332,7 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         "files": [str(path) for path in plan.files],
         "routing": plan.problem.routing or "uniform",
         "split": bool(_split_engines(plan)),
+        "confirm_rounds": plan.request.confirm_rounds,
     }
 
 
@@ -387,7 +448,7 @@ def verify_winners(
     return verified
 
 
-STAGES = ("search", "baselines", "verify", "split", "ceilings", "files")
+STAGES = ("search", "baselines", "verify", "split", "confirm", "ceilings", "files")
 
 
 def run_tune(
@@ -411,6 +472,7 @@ def run_tune(
             stage(name)
 
     from moetune.tune.baselines import engine_baselines, prefetch_baselines, time_baselines
+    from moetune.tune.confirm import choose_finalist, decide
     from moetune.tune.output import write_engine_files
     from moetune.tune.search.strategy import (
         exhaustive_search,
@@ -489,6 +551,19 @@ def run_tune(
                 plan, measurer, backend, singles, summary.notes, options, rankings=rankings
             )
 
+        confirmations: dict[int, Confirmation] = {}
+        runners_up: dict[int, dict[Candidate, tuple[Measurement, int, float | None]]] = {}
+        if request.confirm_rounds > 0:
+            enter("confirm")
+            runners_up = verify_finalists(backend, problem, choices, verified)
+            confirmations = confirm_round(
+                backend,
+                plan,
+                {m: verified[m][0].candidate for m in verified},
+                summary.baselines,
+                {m: list(found) for m, found in runners_up.items()},
+            )
+
         if any(d is not None for d in request.devices) or request.backend == "ray":
             enter("ceilings")
             summary.ceilings = _ceilings(backend, summary.notes)
@@ -500,6 +575,11 @@ def run_tune(
     hits = floor_hits(problem, request.batch_sizes, summary.notes) if summary.ceilings else {}
     for m in request.batch_sizes:
         pick, rank, rel_rms = verified[m]
+        confirmation = confirmations.get(m)
+        if confirmation is not None:
+            confirmation = choose_finalist(confirmation)
+            if confirmation.configs[TUNED] != pick.candidate:  # a runner-up's median is lower
+                pick, rank, rel_rms = runners_up[m][confirmation.configs[TUNED]]
         floor_us = None
         if summary.ceilings is not None and hits is not None:
             roof = moe_roofline(
@@ -528,22 +608,27 @@ def run_tune(
                 rel_rms,
                 baseline_us[m],
                 experts_hit=(hits or {}).get(m),
+                confirmation=confirmation,
+                decisions=()
+                if confirmation is None
+                else tuple(decide(confirmation, request.engines)),
             )
         )
-    results = {row.batch_size: row.config for row in summary.rows}
+    summary.notes.extend(kept_notes(summary.rows, summary.baselines))
     enter("files")
-    summary.files = list(
-        write_engine_files(
+    summary.files = []
+    for engine in request.engines:
+        results, split = written_configs(engine, summary.rows, summary.baselines, summary.split)
+        summary.files += write_engine_files(
             results,
             problem,
             request.device_name,
             request.triton_version,
             request.save_dir,
-            request.engines,
-            split=summary.split or None,
+            (engine,),
+            split=split or None,
             notes=summary.notes,
         )
-    )
     summary.measured = measurer.timed
     summary.compile = {
         "warmed": measurer.warm_count,
@@ -560,6 +645,112 @@ def run_tune(
     ]
     _record_summary(summary)
     return summary
+
+
+def verify_finalists(
+    backend: Backend,
+    problem: TuneProblem,
+    choices: dict[int, list[Measurement]],
+    verified: dict[int, tuple[Measurement, int, float | None]],
+) -> dict[int, dict[Candidate, tuple[Measurement, int, float | None]]]:
+    """Per batch size, the search's runners-up within the noise of its pick
+    (`moetune.tune.confirm.finalists`) that match the reference, each as (its measurement,
+    its rank, relative RMS error), in rank order."""
+    from moetune.tune.confirm import finalists
+
+    found: dict[int, dict[Candidate, tuple[Measurement, int, float | None]]] = {}
+    rows: dict[tuple[int, Candidate], tuple[Measurement, int]] = {}
+    units = []
+    for m, (pick, _, _) in verified.items():
+        ranking = [(row.candidate, row.latency_us) for row in choices[m]]
+        for candidate in finalists(ranking, pick.candidate):
+            rank = next(i for i, row in enumerate(choices[m]) if row.candidate == candidate)
+            rows[(m, candidate)] = (choices[m][rank], rank)
+            units.append(WorkUnit(problem, m, (candidate,), "verify"))
+    outcomes = {(u.batch_size, o.candidate): o for u, o in backend.run(units)} if units else {}
+    for (m, candidate), (measurement, rank) in rows.items():
+        outcome = outcomes.get((m, candidate))
+        if outcome is not None and outcome.status == "ok":
+            found.setdefault(m, {})[candidate] = (measurement, rank, outcome.rel_rms)
+    return found
+
+
+def confirm_round(
+    backend: Backend,
+    plan: TunePlan,
+    tuned: dict[int, Candidate],
+    baselines: Sequence[Any],
+    runners_up: dict[int, list[Candidate]] | None = None,
+) -> dict[int, Confirmation]:
+    """The confirmation: at each batch size the tuned config, the runners-up within the
+    noise of it and every baseline's config, timed over ``plan.request.confirm_rounds``
+    interleaved rounds (`moetune.tune.confirm`)."""
+    from moetune.tune.confirm import FINALIST, time_rounds
+
+    named: dict[int, dict[str, Any]] = {}
+    for m, config in tuned.items():
+        named[m] = {TUNED: config}
+        for index, other in enumerate((runners_up or {}).get(m, []), start=2):
+            named[m][f"{FINALIST} {index}"] = other
+        for baseline in baselines:
+            if baseline.configs.get(m) is not None:
+                named[m][baseline.key] = baseline.configs[m]
+    return time_rounds(backend, plan.problem, named, plan.request.confirm_rounds)
+
+
+def written_configs(
+    engine: str, rows: Sequence[BatchResult], baselines: Sequence[Any], split: Sequence[Any]
+) -> tuple[dict[int, Candidate], list[Any]]:
+    """`engine`'s file's configs per batch size, and its split results: the tuned ones (the
+    confirmation's choice among the finalists), except where the confirmation kept the
+    engine's own config (then that config, in both tables of an engine that reads a down
+    table)."""
+    from dataclasses import replace
+
+    configs = {b.key: b.configs for b in baselines}
+    results: dict[int, Candidate] = {}
+    kept: dict[int, Candidate] = {}
+    for row in rows:
+        written = row.written_for(engine)
+        results[row.batch_size] = (
+            row.config if written == TUNED else configs[written][row.batch_size]
+        )
+        if written != TUNED:
+            kept[row.batch_size] = results[row.batch_size]
+    pairs = []
+    for result in split:
+        if result.batch_size in kept:
+            result = replace(result, single=kept[result.batch_size], split=False)
+        elif not result.split and result.single != results.get(result.batch_size, result.single):
+            # The confirmation chose a runner-up over the config the split search started from.
+            result = replace(result, single=results[result.batch_size])
+        pairs.append(result)
+    return results, pairs
+
+
+def kept_notes(rows: Sequence[BatchResult], baselines: Sequence[Any]) -> list[str]:
+    """One line per batch size and engine whose file keeps the engine's own config."""
+    from moetune.engines.formats import engine_label
+
+    sources = {b.key: (b.label, b.source) for b in baselines}
+    notes = []
+    for row in rows:
+        for decision in row.decisions:
+            if not decision.kept_engine_config:
+                continue
+            label, source = sources[decision.written]
+            ratio = "" if decision.ratio is None else f": {decision.ratio.short()}"
+            owner = (
+                f"from {source}, a file moetune does not own"
+                if decision.written.endswith("_file")
+                else f"{source}"
+            )
+            notes.append(
+                f"M={row.batch_size}: the {engine_label(decision.engine)} file keeps the "
+                f"{label}'s config {row.confirmation.configs[decision.written].short()} ({owner}); "
+                f"the tuned {row.config.short()} was not faster beyond the noise{ratio}"
+            )
+    return notes
 
 
 def _record_summary(summary: TuneSummary) -> None:
@@ -580,8 +771,29 @@ def _ceilings(backend: Backend, notes: list[str]) -> Any:
         return None
 
 
+def _median(row: BatchResult, name: str) -> Interval | None:
+    return None if row.confirmation is None else row.confirmation.median(name)
+
+
+def _interval(found: Interval | None) -> list[float] | None:
+    """[low, high] of an interval, for the JSON (None: no confirmation)."""
+    return None if found is None else [found.low, found.high]
+
+
+def _confirmation_json(summary: TuneSummary) -> dict[str, Any] | None:
+    """How the summary's times and speedups were confirmed (None: they are the search's)."""
+    from moetune.tune.confirm import INTERVAL_METHOD
+
+    rounds = max((r.confirmation.rounds for r in summary.rows if r.confirmation), default=0)
+    if not rounds:
+        return None
+    kept = sum(d.kept_engine_config for row in summary.rows for d in row.decisions)
+    return {"rounds": rounds, "interval": INTERVAL_METHOD, "engine_configs_kept": kept}
+
+
 def summary_json(summary: TuneSummary) -> dict[str, Any]:
     ceilings = summary.ceilings
+    engines = summary.plan.request.engines
     return {
         "plan": plan_json(summary.plan),
         "wall_s": round(summary.wall_s, 3),
@@ -589,18 +801,25 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
         "reused": summary.reused,
         "parallel_compile": summary.compile,
         "ceilings": None if ceilings is None else ceilings.to_json(summary.plan.problem.dtype),
+        "confirmation": _confirmation_json(summary),
         "results": [
             {
                 "batch_size": row.batch_size,
                 "config": row.config.as_config(),
-                "latency_us": row.latency_us,
+                "latency_us": row.confirmed_us,
+                "latency_interval_us": _interval(_median(row, TUNED)),
+                "search_latency_us": row.search_us,
+                "written": {engine: row.written_for(engine) for engine in engines},
                 "baselines": {
                     b.key: {
                         "config": None
                         if b.configs.get(row.batch_size) is None
                         else b.configs[row.batch_size].as_config(),
-                        "latency_us": row.baseline_us.get(b.key),
+                        "latency_us": row.baseline_time(b.key),
+                        "latency_interval_us": _interval(_median(row, b.key)),
+                        "search_latency_us": row.baseline_us.get(b.key),
                         "speedup": row.speedup_over(b.key),
+                        "speedup_interval": _interval(row.speedup_interval(b.key)),
                     }
                     for b in summary.baselines
                 },
@@ -609,6 +828,7 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
                 "floor_experts_hit": row.experts_hit,
                 "verified_rank": row.verified_rank,
                 "rel_rms": row.rel_rms,
+                "confirmation": None if row.confirmation is None else row.confirmation.to_json(),
             }
             for row in summary.rows
         ],

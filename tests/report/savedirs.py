@@ -9,6 +9,7 @@ from pathlib import Path
 from moetune.device import DeviceLimits
 from moetune.kernel.config import Candidate
 from moetune.roofline import Ceilings
+from moetune.tune.confirm import round_of
 from moetune.tune.measure.timing import Outcome
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TuneRequest, make_plan, run_tune
@@ -21,6 +22,9 @@ PROBLEM = TuneProblem(4, 32, 64, 2, "bf16")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The file a user had before tuning (a --compare-dir): one row, so every M uses it.
 EXISTING = Candidate(16, 32, 64, 1, 4, 3)
+# The confirmation's five rounds (`moetune.tune.confirm.DEFAULT_ROUNDS`) on the fake GPU: round
+# r runs at 1 + CLOCK_STEP * (r - 2) of its speed, every config alike.
+CLOCK_STEP = 0.002
 
 
 def fake_us(batch_size: int, candidate, scale: float) -> float:
@@ -46,6 +50,8 @@ class FakeGPU:
                     yield unit, Outcome(candidate, "ok", rel_rms=0.001)
                 else:
                     us = fake_us(unit.batch_size, candidate, self.scale)
+                    if unit.mode == "confirm":  # each round's clock: +-0.4 %, the median exact
+                        us *= 1 + CLOCK_STEP * (round_of(unit.seed, unit.batch_size) - 2)
                     yield unit, Outcome(candidate, "ok", us, us * 0.99, us * 1.01, 0.1)
 
     def measure_ceilings(self):

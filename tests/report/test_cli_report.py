@@ -79,7 +79,7 @@ def test_page_tables_hold_the_stores_numbers(tuned):
     result = report(tuned)
     assert result.exit_code == 0, result.output
     out = tuned / "report"
-    assert result.output.rstrip().endswith(f"Wrote {out / 'index.html'} and 2 plots beside it.")
+    assert result.output.rstrip().endswith(f"Wrote {out / 'index.html'} and 4 plots beside it.")
     page = read_page(out)
     [table] = page.tables_of("speedup")
     rows = body_rows(table)
@@ -98,7 +98,8 @@ def test_page_tables_hold_the_stores_numbers(tuned):
             assert base_us is not None and float(row[f"{key}_us"]["data-value"]) == base_us
             speedup = float(row[f"{key}_speedup"]["data-value"])
             assert speedup == pytest.approx(base_us / tuned_us)
-            assert row[f"{key}_speedup"]["text"] == f"{base_us / tuned_us:.2f}x"
+            # ... and its 95 % interval: the fake GPU's rounds move every config alike.
+            assert row[f"{key}_speedup"]["text"].startswith(f"{base_us / tuned_us:.2f}x [")
         assert float(row["floor_us"]["data-value"]) == kept["floor_us"]
         fraction = min(1.0, kept["floor_us"] / tuned_us)
         assert row["roofline_fraction"]["text"] == f"{100 * fraction:.0f} %"
@@ -111,7 +112,12 @@ def test_one_png_per_engine_written_and_embedded(tuned):
     assert report(tuned).exit_code == 0
     out = tuned / "report"
     pngs = sorted(out.glob("*.png"))
-    assert [p.name.rsplit("-", 1)[1] for p in pngs] == ["sglang.png", "vllm.png"]
+    names = [p.name for p in pngs]
+    assert [n.rsplit("-", 1)[1] for n in names if "speedup" not in n] == ["sglang.png", "vllm.png"]
+    # A speedup-against-M plot per engine beside each time plot.
+    assert sorted(n for n in names if n.endswith("-speedup.png")) == sorted(
+        n.replace(".png", "-speedup.png") for n in names if "speedup" not in n
+    )
     page = read_page(out)
     embedded = [base64.b64decode(src.split(",", 1)[1]) for src in page.images]
     for png in pngs:
@@ -386,3 +392,30 @@ def test_report_json_imports_neither_torch_triton_nor_matplotlib(tmp_path):
     assert probe["report"]["shapes"][0]["results"][0]["latency_us"] == pytest.approx(
         31.096, abs=1e-3
     )
+
+
+def test_json_carries_the_confirmations_intervals(tuned):
+    from savedirs import CLOCK_STEP
+
+    result = CliRunner().invoke(cli, ["report", str(tuned), "--json"])
+    assert result.exit_code == 0, result.output
+    [shape] = json.loads(result.stdout)["shapes"]
+    assert shape["confirmation"]["rounds"] == 5
+    assert "paired bootstrap" in shape["confirmation"]["interval"]
+    for row in shape["results"]:
+        low, high = row["latency_interval_us"]
+        # Five rounds at 1 - 2s .. 1 + 2s of the speed: the median's interval lies inside.
+        assert row["latency_us"] * (1 - 2 * CLOCK_STEP) <= low < row["latency_us"]
+        assert row["latency_us"] < high <= row["latency_us"] * (1 + 2 * CLOCK_STEP) + 1e-9
+        assert set(row["written"]) == {"vllm", "sglang"}
+        for base in row["baselines"].values():
+            low, high = base["speedup_interval"]
+            # Paired rounds: the clock moves both alike and cancels in the ratio.
+            assert low == pytest.approx(base["speedup"]) and high == pytest.approx(base["speedup"])
+            assert base["latency_interval_us"][0] < base["latency_us"]
+
+
+def test_the_page_says_where_its_times_come_from(tuned):
+    assert report(tuned).exit_code == 0
+    text = (tuned / "report" / "index.html").read_text()
+    assert "medians of 5 interleaved confirmation rounds" in text

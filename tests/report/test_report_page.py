@@ -132,3 +132,15 @@ def test_one_shape_timed_on_two_kernels_is_compared_and_labelled_by_kernel():
     [comparison] = compare([twin, engine, other])
     assert comparison.problem_key == "E=4,N=32,K=64,topk=2,dtype=bf16"
     assert comparison.labels() == ["a, moetune kernel", "a, kernel vllm@0.33.0"]
+
+
+def test_error_bars_are_the_distances_to_each_interval():
+    import pytest
+
+    from moetune.report.plots import error_bars
+
+    x, y, yerr = error_bars([(1, 10.0, (9.5, 10.7)), (2, None, None), (4, 8.0, None)])
+    assert (x, y) == ([1, 4], [10.0, 8.0])
+    assert yerr == [[pytest.approx(0.5), 0.0], [pytest.approx(0.7), 0.0]]
+    # A summary without a confirmation: no bars at all.
+    assert error_bars([(1, 10.0, None)]) == ([1], [10.0], None)

@@ -116,7 +116,8 @@ def test_whole_run_writes_valid_files_and_resumes_from_the_store(tmp_path, monke
 
     for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
         monkeypatch.delenv(variable, raising=False)
-    plan = make_plan(request(tmp_path, engines=("vllm",)), DeviceLimits.h200())
+    # The search's path alone (the confirmation: the tests below).
+    plan = make_plan(request(tmp_path, engines=("vllm",), confirm_rounds=0), DeviceLimits.h200())
     current, arrived = [""], []
     first = run_tune(
         plan,
@@ -203,3 +204,149 @@ def test_the_file_an_engine_would_load_is_timed_too(tmp_path, monkeypatch):
     assert report["baselines"][1]["source"] == str(
         existing / "E=4,N=32,device_name=NVIDIA_H200.json"
     )
+
+
+class TableBackend:
+    """A backend that answers from tables: the search's timings by (M, candidate), the
+    confirmation's by (M, candidate) -> one time per round; every verification passes."""
+
+    compile_workers = 0
+    parallelism = 1
+
+    def __init__(self, search_us, confirm_us):
+        self.search_us, self.confirm_us = search_us, confirm_us
+        self.confirm_units = []
+
+    def run(self, units, then=None):
+        from collections import deque
+
+        from moetune.tune.confirm import round_of
+
+        queue = deque(units)
+        while queue:
+            unit = queue.popleft()
+            outcomes = []
+            for candidate in unit.candidates:
+                m = unit.batch_size
+                if unit.mode == "verify":
+                    outcome = Outcome(candidate, "ok", rel_rms=0.001)
+                elif unit.mode == "confirm":
+                    rounds = self.confirm_us[(m, candidate)]
+                    outcome = Outcome(candidate, "ok", rounds[round_of(unit.seed, m)])
+                else:
+                    outcome = Outcome(candidate, "ok", self.search_us(m, candidate))
+                outcomes.append(outcome)
+                yield unit, outcome
+            if unit.mode == "confirm":
+                self.confirm_units.append(unit)
+            if then is not None:
+                queue.extend(then(unit, outcomes))
+
+    def measure_ceilings(self):
+        raise AssertionError("no ceilings on the CPU")
+
+    def close(self):
+        pass
+
+
+def test_the_confirmation_keeps_the_engines_config_where_the_winner_is_noise(tmp_path, monkeypatch):
+    from moetune.tune.baselines import engine_baselines
+    from moetune.tune.confirm import TUNED
+
+    for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    plan = make_plan(request(tmp_path, engines=("vllm",)), DeviceLimits.h200())
+    (fallback,) = engine_baselines(PROBLEM, (2, 4), ("vllm",), "NVIDIA H200", "3.6.0")
+    tuned = next(c for c in plan.pruning[2].kept if c not in fallback.configs.values())
+    # The search: `tuned` fastest at both batch sizes, the fallback next.
+    search = {tuned: 10.0, fallback.configs[2]: 11.0, fallback.configs[4]: 11.0}
+    confirm = {
+        # M = 2: the tuned config's median is 5 % lower, but it lost two of five rounds.
+        (2, tuned): (9.5, 11.2, 9.8, 11.4, 10.0),
+        (2, fallback.configs[2]): (10.5, 10.4, 10.6, 10.3, 10.5),
+        # M = 4: 10 % faster in every round.
+        (4, tuned): (9.0, 9.1, 9.2, 9.0, 9.1),
+        (4, fallback.configs[4]): (10.0, 10.1, 10.2, 10.0, 10.1),
+    }
+    backend = TableBackend(lambda m, c: search.get(c, 12.0), confirm)
+    summary = run_tune(plan, backend=backend)
+
+    assert "confirm" in [name for name, _, _ in summary.stages]
+    # Interleaved: 5 rounds x 2 batch sizes, each unit the two configs back to back.
+    assert len(backend.confirm_units) == 10
+    assert all(
+        set(u.candidates) == {tuned, fallback.configs[u.batch_size]} for u in backend.confirm_units
+    )
+    assert backend.confirm_units[0].candidates != backend.confirm_units[2].candidates  # rotated
+
+    at2, at4 = summary.rows
+    assert at2.written_for("vllm") == "vllm_fallback" and at4.written_for("vllm") == TUNED
+    [vllm] = (json.loads(path.read_text()) for path in summary.files)
+    assert vllm["2"] == fallback.configs[2].as_config()
+    assert vllm["4"] == tuned.as_config()
+    assert any(
+        note.startswith("M=2: the vLLM file keeps the vLLM fallback's config")
+        for note in summary.notes
+    )
+    # The speedups are the confirmation's, of what the file holds: none at M = 2.
+    assert at2.speedup_over("vllm_fallback") == 1.0
+    assert at4.speedup_over("vllm_fallback") == pytest.approx(10.1 / 9.1)
+    assert at4.speedup_interval("vllm_fallback").low > 1.0
+    assert at4.confirmed_us == 9.1 and at4.search_us == 10.0
+    data = summary.to_json()
+    assert data["confirmation"]["rounds"] == 5 and data["confirmation"]["engine_configs_kept"] == 1
+    row2, row4 = data["results"]
+    assert row2["written"] == {"vllm": "vllm_fallback"}
+    assert row4["baselines"]["vllm_fallback"]["latency_us"] == 10.1
+    assert row4["baselines"]["vllm_fallback"]["search_latency_us"] == 11.0
+    low, high = row4["baselines"]["vllm_fallback"]["speedup_interval"]
+    assert 1.0 < low <= row4["baselines"]["vllm_fallback"]["speedup"] <= high
+    assert data["geomean_speedup"]["vllm_fallback"] == pytest.approx((10.1 / 9.1) ** 0.5)
+
+
+def test_the_confirmation_runs_on_the_real_workers(tmp_path, monkeypatch):
+    for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    plan = make_plan(
+        request(tmp_path, engines=("vllm",), batch_sizes=(2,), confirm_rounds=2),
+        DeviceLimits.h200(),
+    )
+    summary = run_tune(plan)
+    (row,) = summary.rows
+    assert row.confirmation.rounds == 2
+    assert all(
+        v is not None and v > 0 for series in row.confirmation.timings_us.values() for v in series
+    )
+    assert row.speedup_interval("vllm_fallback") is not None
+    # The store keeps the search's timings only: a confirmation is never served as one.
+    assert summary.measured == 4
+
+
+def test_a_runner_up_within_the_noise_is_written_where_its_median_is_lower(tmp_path, monkeypatch):
+    from moetune.tune.baselines import engine_baselines
+    from moetune.tune.confirm import TUNED
+
+    for variable in ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    plan = make_plan(request(tmp_path, engines=("vllm",), batch_sizes=(2,)), DeviceLimits.h200())
+    (fallback,) = engine_baselines(PROBLEM, (2,), ("vllm",), "NVIDIA H200", "3.6.0")
+    pick, runner_up = [c for c in plan.pruning[2].kept if c != fallback.configs[2]][:2]
+    # The search: the pick 1 % ahead of the runner-up, one timing each: within the noise.
+    search = {pick: 10.0, runner_up: 10.1, fallback.configs[2]: 11.0}
+    confirm = {
+        (2, pick): (10.0, 10.2, 10.1, 10.3, 10.1),
+        (2, runner_up): (9.6, 9.7, 9.6, 9.8, 9.7),
+        (2, fallback.configs[2]): (11.0, 11.1, 11.0, 11.2, 11.1),
+    }
+    backend = TableBackend(lambda m, c: search.get(c, 12.0), confirm)
+    summary = run_tune(plan, backend=backend)
+    (row,) = summary.rows
+    assert row.config == runner_up and row.verified_rank == 1 and row.search_us == 10.1
+    assert row.confirmation.configs["finalist 1"] == pick
+    assert all(
+        set(u.candidates) == {pick, runner_up, fallback.configs[2]} for u in backend.confirm_units
+    )
+    assert row.written_for("vllm") == TUNED
+    [vllm] = (json.loads(path.read_text()) for path in summary.files)
+    assert vllm["2"] == runner_up.as_config()
+    assert row.speedup_over("vllm_fallback") == pytest.approx(11.1 / 9.7)

@@ -7,6 +7,7 @@ import pytest
 
 from moetune.device import DeviceLimits
 from moetune.engines.tuned_file import validate_tuned_config
+from moetune.tune.confirm import TUNED
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TuneRequest, make_plan, plan_lines, run_tune
 from moetune.tune.search.space import load_space
@@ -55,7 +56,9 @@ def test_the_plan_shows_the_split_and_both_sglang_tables(tmp_path):
 @pytest.fixture(scope="module")
 def split_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("split")
-    plan = make_plan(split_request(tmp_path), DeviceLimits.h200())
+    # Without the confirmation: a rerun confirms again on the CPU's wall clock, and may keep
+    # the other side of a tie (tests/tune/test_runner.py and the test below cover it).
+    plan = make_plan(split_request(tmp_path, confirm_rounds=0), DeviceLimits.h200())
     first = run_tune(plan)
     contents = [path.read_text() for path in first.files]
     second = run_tune(plan)
@@ -121,7 +124,9 @@ def test_a_split_tune_resumes_from_the_store(split_run):
 def test_the_fast_split_search_resumes_and_writes_only_pairs_faster_as_a_whole_call(tmp_path):
     # --search fast (the default): the seeded split search, end to end on the CPU.
     plan = make_plan(
-        split_request(tmp_path, search="fast", batch_sizes=(2,), engines=("sglang",)),
+        split_request(
+            tmp_path, search="fast", batch_sizes=(2,), engines=("sglang",), confirm_rounds=0
+        ),
         DeviceLimits.h200(),
     )
     first = run_tune(plan)
@@ -138,3 +143,45 @@ def test_the_fast_split_search_resumes_and_writes_only_pairs_faster_as_a_whole_c
     assert second.measured == 0 and second.reused == first.measured + first.reused
     assert [path.read_text() for path in second.files] == contents
     assert second.split[0].stopped == result.stopped
+
+
+def test_a_kept_engine_config_replaces_the_split_pair_in_both_tables():
+    """Where the confirmation keeps SGLang's own config, its file holds that config in the up
+    and the down table (no pair); vLLM's file, decided apart, keeps the tuned one."""
+    from moetune.kernel.config import Candidate
+    from moetune.tune.baselines import Baseline
+    from moetune.tune.confirm import Confirmation, decide
+    from moetune.tune.output import engine_tables
+    from moetune.tune.runner import BatchResult, written_configs
+    from moetune.tune.search.split import SplitResult
+
+    tuned, shipped, fallback = (
+        Candidate(16, 64, 64, 1, 4, 3),
+        Candidate(16, 32, 64, 1, 4, 2),
+        Candidate(32, 64, 64, 8, 4, 3),
+    )
+    baselines = [
+        Baseline("vllm_fallback", "vLLM fallback", "x", {2: fallback, 4: fallback}),
+        Baseline("sglang_file", "SGLang file", "shipped.json", {2: shipped, 4: shipped}),
+    ]
+    rows = []
+    # M = 2: 10 % faster than SGLang's file in every round; M = 4: within the noise.
+    for m, tuned_rounds in ((2, (9.0, 9.1, 9.0)), (4, (9.9, 10.2, 9.8))):
+        timings = {
+            TUNED: tuned_rounds,
+            "vllm_fallback": (12.0, 12.1, 12.0),
+            "sglang_file": (10.0, 10.1, 10.0),
+        }
+        configs = {TUNED: tuned, "vllm_fallback": fallback, "sglang_file": shipped}
+        confirmation = Confirmation(m, timings, configs)
+        decisions = tuple(decide(confirmation, ("vllm", "sglang")))
+        rows.append(BatchResult(m, tuned, 9.0, None, 0, 0.0, {}, None, confirmation, decisions))
+    split = [SplitResult(m, tuned, 9.0, None, 8.5, True) for m in (2, 4)]
+    assert [row.written_for("sglang") for row in rows] == [TUNED, "sglang_file"]
+    results, pairs = written_configs("sglang", rows, baselines, split)
+    assert results == {2: tuned, 4: shipped}
+    assert [(p.single, p.split) for p in pairs] == [(tuned, True), (shipped, False)]
+    up, down = engine_tables("sglang", results, pairs)
+    assert up[4] == shipped.as_config() and down[4] == {**shipped.as_config(), "USE_TMA": False}
+    vllm_results, _ = written_configs("vllm", rows, baselines, split)
+    assert vllm_results == {2: tuned, 4: tuned}

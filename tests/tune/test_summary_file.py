@@ -64,7 +64,12 @@ def test_a_finished_tune_is_kept_with_its_baselines_floor_and_files(tmp_path):
         "config": FALLBACK.as_config(),
         "latency_us": 12.5,
         "speedup": 1.25,
+        # No confirmation round in this summary: the search's timings, no intervals.
+        "search_latency_us": 12.5,
+        "latency_interval_us": None,
+        "speedup_interval": None,
     }
+    assert first["confirmation"] is None and entry["confirmation"] is None
     assert second["baselines"]["vllm_fallback"]["latency_us"] is None
     assert second["verified_rank"] == 1
     assert entry["baselines"] == [

@@ -79,7 +79,8 @@ class TwoKernelBackend:
 
     def __init__(self, problem, stop_after=None):
         self.gpus = {"vllm": SyntheticGPU(problem, 3), "sglang": OtherKernelGPU(problem, 3)}
-        self.log = []
+        self.log = []  # the search's and the baselines' timings
+        self.confirmed = []  # the confirmation rounds'
         self.stop_after = stop_after
 
     def run(self, units, then=None):
@@ -90,6 +91,10 @@ class TwoKernelBackend:
                     yield unit, Outcome(candidate, "ok", rel_rms=0.001)
                     continue
                 engine = unit.problem.kernel.engine
+                if unit.mode == "confirm":  # the confirmation re-times on purpose: kept apart
+                    self.confirmed.append((engine, unit.batch_size, candidate))
+                    yield unit, self.time(gpu, unit.batch_size, candidate)
+                    continue
                 if self.stop_after is not None and engine == "sglang":
                     if sum(1 for row in self.log if row[0] == "sglang") >= self.stop_after:
                         raise KeyboardInterrupt

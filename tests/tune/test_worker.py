@@ -114,3 +114,35 @@ def test_unknown_mode_is_refused():
 def test_outcome_defaults():
     outcome = Outcome(GOOD, "timeout", error="x")
     assert outcome.latency_us is None and outcome.compile_s is None
+
+
+def test_a_confirmation_round_gives_every_config_the_same_routing_draws(monkeypatch):
+    """Mode "confirm": each candidate of the unit is timed at full fidelity after the round's
+    seed, so each reads the same router logits; another round's seed draws others."""
+    import torch
+
+    from moetune.tune.measure import timing
+    from moetune.tune.measure.worker import _Inputs, _measure
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    seen = []  # (BLOCK_SIZE_N, the router logits of one call)
+
+    def record(problem, config, router_logits):
+        seen.append((config["BLOCK_SIZE_N"], router_logits.clone()))
+
+    monkeypatch.setattr(timing, "_call", record)
+    problem = TuneProblem(4, 32, 64, 2, "bf16")
+    a, b = Candidate(16, 32, 32, 1, 4, 2), Candidate(16, 64, 32, 1, 4, 2)
+    inputs = _Inputs()
+    for seed in (11, 12):
+        unit = WorkUnit(problem, 2, (a, b), "confirm", seed=seed)
+        for candidate in unit.candidates:
+            outcome = _measure(unit, candidate, inputs, [])
+            assert outcome.status == "ok" and outcome.latency_us > 0
+    # Per timing: the compile call on the problem's own logits, then the timed calls' draws.
+    calls = 1 + timing.CPU_CALLS["full"]
+    assert len(seen) == 4 * calls
+    draws = [[logits for _, logits in seen[i * calls + 1 : (i + 1) * calls]] for i in range(4)]
+    assert all(torch.equal(x, y) for x, y in zip(draws[0], draws[1], strict=True))  # a, b: seed 11
+    assert all(torch.equal(x, y) for x, y in zip(draws[2], draws[3], strict=True))  # a, b: seed 12
+    assert not torch.equal(draws[0][0], draws[2][0])

@@ -62,7 +62,7 @@ from moetune.tune.signals import (
 )
 
 FAULTS_ENV = "MOETUNE_TEST_FAULTS"
-MODES = ("quick", "full", "warm", "verify")
+MODES = ("quick", "full", "warm", "verify", "confirm")
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
 DEFAULT_RECYCLE_AFTER = 1000
@@ -83,13 +83,17 @@ class WorkUnit:
     """Measure `candidates` on `problem` at `batch_size`, in `mode`.
 
     mode: "quick" / "full" (time at that fidelity), "warm" (compile and run
-    once), "verify" (compare one output with the PyTorch reference).
+    once), "verify" (compare one output with the PyTorch reference), "confirm" (a
+    round of `moetune.tune.confirm`: each candidate timed at "full" fidelity, torch's
+    random generators seeded with `seed` before each, so every candidate of the unit
+    reads the same routing draws).
     """
 
     problem: Any  # moetune.tune.problem.TuneProblem
     batch_size: int
     candidates: tuple[Any, ...]  # moetune.kernel.config.Candidate
     mode: str
+    seed: int = 0  # "confirm": the round's routing draws
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,14 @@ def _inject(faults: list[Fault], candidate: Any, mode: str) -> bool:
     return wrong
 
 
+def _seed_draws(seed: int) -> None:
+    """Seed torch's generators (CPU and every GPU's): the routing logits a timing refills
+    its graph's buffers with are then the same for every candidate timed after it."""
+    import torch
+
+    torch.manual_seed(seed)
+
+
 def _synchronize() -> None:
     import torch
 
@@ -274,10 +286,14 @@ def _measure(unit: WorkUnit, candidate: Any, inputs: _Inputs, faults: list[Fault
     corrupt = _inject(faults, candidate, unit.mode)
     from moetune.tune.measure.probe_timing import measure_probe, uses_probe_timing
 
-    if uses_probe_timing(unit.problem, candidate, unit.mode):  # split probes, real routing
-        seed = VERIFY_SEED if unit.mode == "verify" else 0
+    mode = unit.mode
+    if mode == "confirm":  # a confirmation round: "full" timing, the round's routing draws
+        mode = "full"
+        _seed_draws(unit.seed)
+    if uses_probe_timing(unit.problem, candidate, mode):  # split probes, real routing
+        seed = VERIFY_SEED if mode == "verify" else 0
         data = inputs.get(unit.problem, unit.batch_size, seed)
-        return measure_probe(unit.problem, unit.batch_size, unit.mode, candidate, data, corrupt)
+        return measure_probe(unit.problem, unit.batch_size, mode, candidate, data, corrupt)
     if unit.mode == "verify":
         from moetune.tune.measure.verify import check_output
 
@@ -296,7 +312,7 @@ def _measure(unit: WorkUnit, candidate: Any, inputs: _Inputs, faults: list[Fault
         _call(data, config, data.router_logits)
         _synchronize()
         return Outcome(candidate, "ok", compile_s=time.perf_counter() - start)
-    timing = time_fused_moe(data, config, unit.mode)
+    timing = time_fused_moe(data, config, mode)
     return Outcome(
         candidate, "ok", timing.median_us, timing.p20_us, timing.p80_us, timing.compile_s
     )
