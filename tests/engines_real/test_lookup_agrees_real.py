@@ -85,6 +85,11 @@ class Log:
         )
 
 
+def module_functions(path: Path) -> set[str]:
+    """The names of `path`'s module-level functions."""
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
 def compile_functions(path: Path, names: set[str], namespace: dict) -> dict:
     """The module-level functions `names` of `path`, defined in `namespace`, decorators dropped."""
     tree = ast.parse(path.read_text())
@@ -176,7 +181,7 @@ def made_up_shapes(experts, intermediate):
 
 @pytest.fixture
 def vllm_engine(monkeypatch, vllm_installed):
-    """vLLM 0.33.0's lookup functions, compiled from its fused_moe.py with stubs."""
+    """vLLM's lookup functions, compiled from the site's fused_moe.py with stubs."""
     root = vllm_installed.root
     device = {"name": DEVICES[0]}
     platform = types.SimpleNamespace(
@@ -209,6 +214,10 @@ def vllm_engine(monkeypatch, vllm_installed):
         "should_moe_wna16_use_cuda",
         "try_get_optimal_moe_config",
     }
+    # 0.34.0 split try_get_optimal_moe_config into these helpers.
+    names |= {"_get_configured_moe_config", "_moe_config_shape"} & module_functions(
+        vllm_installed.lookup_source
+    )
     compile_functions(vllm_installed.lookup_source, names, namespace)
     return types.SimpleNamespace(device=device, **namespace)
 
