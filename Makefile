@@ -10,7 +10,8 @@ PYTHON ?= python3
 ENGINES_DIR ?= .engines
 ENGINE_WHEELS ?=
 ENGINE_SITES ?= vllm==0.33.0,sglang==0.5.23 vllm==0.34.0,sglang==0.5.23
-# pytest-xdist workers: auto is one per CPU core.
+# pytest-xdist workers: auto is one per CPU core. loadgroup: the tests marked with one
+# xdist_group (those sharing an expensive module fixture) run on one worker.
 TEST_WORKERS ?= auto
 
 comma := ,
@@ -19,7 +20,7 @@ space := $(empty) $(empty)
 SITE_DIRS = $(foreach site,$(ENGINE_SITES),$(abspath $(ENGINES_DIR))/$(subst $(comma),+,$(subst ==,-,$(site))))
 SITE_PATH = $(subst $(space),:,$(strip $(SITE_DIRS)))
 FETCH_OPTIONAL = $(if $(filter true 1,$(CI)),,--optional)
-PYTEST = TRITON_INTERPRET=1 MOETUNE_ENGINES_SITE=$(SITE_PATH) $(PYTHON) -m pytest -q -rs -n $(TEST_WORKERS)
+PYTEST = TRITON_INTERPRET=1 MOETUNE_ENGINES_SITE=$(SITE_PATH) $(PYTHON) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup
 
 help:
 	@echo "make install   install moetune with the kernel, test, ray and report extras (editable)"

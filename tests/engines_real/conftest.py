@@ -12,7 +12,10 @@ Fixtures for the tests here: `engines_site` (the folder), `site_releases`
 (engine -> the version its wheel says), `vllm_installed` and `sglang_installed`
 (`find_installed` of each). A test that holds for some releases only says so
 with ``@pytest.mark.release(vllm="0.33.0")`` (a version or a tuple of them, per
-engine); on a site with another release it is skipped, naming both.
+engine); on a site with another release it is skipped, naming both. A test that
+reads one engine's files only says so with ``@pytest.mark.reads_only("sglang")``:
+it runs on the first site holding each release of that engine, not on every site
+(the vLLM sites share SGLang's release).
 """
 
 import os
@@ -63,6 +66,27 @@ def _skip_for_release(node, releases: dict[str, str]) -> None:
                     f"reads {engine} {' or '.join(versions)} only; "
                     f"this site holds {engine} {releases.get(engine)}"
                 )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect the runs of a `reads_only` test on a site that repeats its releases."""
+    seen, dropped = set(), []
+    for item in items:
+        mark = item.get_closest_marker("reads_only")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if mark is None or "engines_site" not in params:
+            continue
+        releases = releases_in(params["engines_site"])
+        if not all(engine in releases for engine in mark.args):
+            continue  # not fetched: the run is kept, and skips saying so
+        others = tuple(sorted((k, repr(v)) for k, v in params.items() if k != "engines_site"))
+        key = (item.path, item.originalname, others, *(releases[e] for e in mark.args))
+        if key in seen:
+            dropped.append(item)
+        seen.add(key)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in set(dropped)]
 
 
 @pytest.fixture(autouse=True, params=sites(), ids=lambda site: site.name)

@@ -90,6 +90,7 @@ def test_vllm_kernel_swap_ab_with_eight_row_tiles(vllm_installed, M, E) -> None:
     check(gemm, M, E, "fp8_w8a8", config(bm=16, bn=64), N=64)  # per-tensor fp8
 
 
+@pytest.mark.reads_only("sglang")
 @pytest.mark.parametrize("M", [1, 5])
 def test_sglang_kernel_matches_the_reference(sglang_installed, M) -> None:  # noqa: ANN001
     gemm = engine_gemm("sglang")
@@ -97,6 +98,7 @@ def test_sglang_kernel_matches_the_reference(sglang_installed, M) -> None:  # no
     check(gemm, M, 8, "fp8_w8a8", config(), block_shape=(32, 32))
 
 
+@pytest.mark.reads_only("sglang")
 @pytest.mark.xfail(
     raises=InterpreterError,
     strict=True,

@@ -394,6 +394,7 @@ def moetune_sglang(E, N, dtype, block, per_channel, M, device, triton_version, e
     return name, config, down_config
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_port_gives_sglangs_own_answer(sglang_engine, sglang_installed, tmp_path):
     own_root = tmp_path / "mine"
     (own_root / "configs" / "triton_3_6_0").mkdir(parents=True)
@@ -426,6 +427,7 @@ def test_sglang_port_gives_sglangs_own_answer(sglang_engine, sglang_installed, t
     agree()
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_env_folder_as_sglang_reads_it(
     sglang_engine, sglang_installed, tmp_path, monkeypatch
 ):
@@ -450,6 +452,7 @@ def test_sglang_env_folder_as_sglang_reads_it(
         assert moetune_sglang(*args, env, sglang_installed) == theirs, root
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_port_on_every_shipped_h200_file(sglang_engine, sglang_installed):
     pattern = "triton_*/*device_name=NVIDIA_H200*.json"
     shapes = shipped_shapes("sglang", sglang_installed.configs_dir, pattern)
@@ -464,6 +467,7 @@ def test_sglang_port_on_every_shipped_h200_file(sglang_engine, sglang_installed)
             assert not any("default MoE" in line for line in sglang_engine.logger.lines), shape
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_fallback_is_sglangs_at_every_batch_size(sglang_engine, sglang_installed):
     for E, dtype, block, M in FALLBACK_CASES:
         args = (E, 334, dtype, block, False, M, "NVIDIA H200", "3.6.0")
