@@ -86,7 +86,8 @@ def pytest_collection_modifyitems(config, items):
         seen.add(key)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item not in set(dropped)]
+        gone = set(dropped)
+        items[:] = [item for item in items if item not in gone]
 
 
 @pytest.fixture(autouse=True, params=sites(), ids=lambda site: site.name)
