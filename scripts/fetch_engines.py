@@ -1,27 +1,37 @@
-"""Fetch the vLLM and SGLang releases moetune follows; extract only the files it reads.
+"""Fetch released vLLM and SGLang files moetune reads, one site folder per release mix.
 
-    python scripts/fetch_engines.py [--dest .engines] [--wheels DIR]...
+    python scripts/fetch_engines.py [--dest .engines] [--wheels DIR]... [--optional] [SITE]...
 
-For each engine, the current release in `moetune.engines.installed.RELEASES`
-(vLLM 0.33.0, SGLang 0.5.23) is taken from the first wheel found in the
-``--wheels`` folders (also ``$MOETUNE_ENGINE_WHEELS``, ``:``-separated), then in
-``<dest>/wheels/``, else downloaded there with ``pip download --no-deps``.
-From each wheel only the ``.py`` and ``.json`` members under `MEMBERS` (and the
-dist-info METADATA) are extracted into ``<dest>/site/``, in the package layout:
-with that folder on ``sys.path``, ``find_spec`` finds the engine (which cannot be
-imported: no dependencies, no compiled extension). The vLLM wheel is 336 MB; what
-is extracted is a few MB.
+A SITE is a comma-separated list of releases, one per engine, such as
+``vllm==0.34.0,sglang==0.5.23``; without one, a single site holds each engine's
+current release in `moetune.engines.installed.RELEASES`. A release need not be
+one moetune has read: the tests say what it makes of a new one. Each site lands
+in ``<dest>/<name>`` (`site_name`: ``vllm-0.34.0+sglang-0.5.23``), which
+tests/engines_real reads through ``$MOETUNE_ENGINES_SITE`` (several sites
+``:``-separated; every test there runs once per site).
 
-``<dest>/site/.moetune-<engine>`` records the wheel extracted; a rerun with the
-same wheel does nothing, a new release replaces the old tree. `make test-engines`
-runs this, then the tests under tests/engines_real/ against ``<dest>/site``.
-Prints one line per engine; a failure is one ``error:`` line and exit status 1.
+Each wheel is the first found in the ``--wheels`` folders (also
+``$MOETUNE_ENGINE_WHEELS``, ``:``-separated), then in ``<dest>/wheels/``, else
+downloaded there with ``pip download --no-deps``. From it only the ``.py`` and
+``.json`` members under `MEMBERS` (and the dist-info METADATA) are extracted, in
+the package layout: with the site on ``sys.path``, ``find_spec`` finds the engine
+(which cannot be imported: no dependencies, no compiled extension). The vLLM
+wheel is over 300 MB; what is extracted is a few MB.
+
+``<site>/.moetune-<engine>`` records the wheel extracted; a rerun with the same
+wheel does nothing, another release replaces the old tree. Prints one line per
+engine and site. A wheel that cannot be had or read is one ``error:`` line
+(offline: it says how to point at wheels already downloaded) and exit status 1;
+with ``--optional`` (what `make test` passes outside CI) the other releases are
+still fetched, the failures are one ``warning:`` line, and the exit status is 0:
+the tests of a site left incomplete are skipped, and say why.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,10 +65,40 @@ MEMBERS = {
     ),
 }
 SUFFIXES = (".py", ".json")
+OFFLINE_HINT = (
+    "offline? point at wheels already downloaded with --wheels DIR "
+    "(make: ENGINE_WHEELS=DIR; pip download --no-deps vllm==X sglang==Y fetches them)"
+)
 
 
 class FetchError(Exception):
-    """A wheel that cannot be found, downloaded or read."""
+    """A release that cannot be named, found, downloaded or read."""
+
+
+def parse_site(spec: str) -> tuple[tuple[str, str], ...]:
+    """``vllm==0.34.0,sglang==0.5.23`` -> (("vllm", "0.34.0"), ("sglang", "0.5.23"))."""
+    releases: list[tuple[str, str]] = []
+    for part in spec.split(","):
+        engine, sep, version = part.strip().partition("==")
+        if not sep or engine not in ENGINES or not re.fullmatch(r"[0-9][0-9A-Za-z.+]*", version):
+            raise FetchError(
+                f"{part.strip()!r} is not a release: write ENGINE==VERSION, ENGINE one of "
+                f"{', '.join(ENGINES)} (a site is several, comma-separated)"
+            )
+        if any(engine == seen for seen, _ in releases):
+            raise FetchError(f"{spec!r} names {engine} twice: a site holds one release of each")
+        releases.append((engine, version))
+    return tuple(releases)
+
+
+def current_site() -> tuple[tuple[str, str], ...]:
+    """Each engine's current release (the newest moetune has read), as one site."""
+    return tuple((engine, current_release(engine)[0]) for engine in ENGINES)
+
+
+def site_name(releases: tuple[tuple[str, str], ...]) -> str:
+    """The site folder's name: ``vllm-0.34.0+sglang-0.5.23``."""
+    return "+".join(f"{engine}-{version}" for engine, version in releases)
 
 
 def wanted(member: str, engine: str) -> bool:
@@ -101,7 +141,7 @@ def download(engine: str, version: str, folder: Path) -> Path:
     wheel = find_wheel(engine, version, [folder])
     if result.returncode != 0 or wheel is None:
         last = (result.stderr.strip().splitlines() or ["no wheel written"])[-1]
-        raise FetchError(f"pip download {engine}=={version} failed: {last}")
+        raise FetchError(f"pip download {engine}=={version} failed: {last.strip()}")
     return wheel
 
 
@@ -131,28 +171,58 @@ def extract(engine: str, wheel: Path, site: Path) -> int:
     return count
 
 
-def fetch(dest: Path, wheel_dirs: list[Path]) -> list[str]:
-    """Make ``<dest>/site`` hold every engine's current release; one line per engine."""
-    site, lines = dest / "site", []
-    site.mkdir(parents=True, exist_ok=True)
-    for engine in ENGINES:
-        version, _ = current_release(engine)
-        marker = site / f".moetune-{engine}"
-        wheel = find_wheel(engine, version, [*wheel_dirs, dest / "wheels"])
-        if marker.is_file() and (site / engine).is_dir():
-            done = marker.read_text().strip()
-            if done.startswith(f"{engine}-{version}-") and (wheel is None or wheel.name == done):
-                lines.append(f"{engine} {version}: {site / engine} (already extracted)")
+def fetch_release(engine: str, version: str, site: Path, wheel_dirs: list[Path]) -> str:
+    """Make `site` hold `engine` `version`'s files; one line saying what was done."""
+    marker = site / f".moetune-{engine}"
+    wheel = find_wheel(engine, version, wheel_dirs)
+    if marker.is_file() and (site / engine).is_dir():
+        done = marker.read_text().strip()
+        if done.startswith(f"{engine}-{version}-") and (wheel is None or wheel.name == done):
+            return f"{engine} {version}: {site / engine} (already extracted)"
+    if wheel is None:
+        wheel = download(engine, version, wheel_dirs[-1])
+    count = extract(engine, wheel, site)
+    return f"{engine} {version}: {count} files from {wheel} into {site / engine}"
+
+
+def fetch(
+    dest: Path,
+    wheel_dirs: list[Path],
+    sites: list[tuple[tuple[str, str], ...]] | None = None,
+    optional: bool = False,
+) -> tuple[list[str], list[str]]:
+    """Make ``<dest>/<site_name>`` hold each site's releases: (lines, errors).
+
+    Without `optional`, the first error raises `FetchError`; with it, each error
+    is returned and the remaining releases are still fetched.
+    """
+    lines: list[str] = []
+    failed: dict[tuple[str, str], str] = {}  # tried once: offline, each try can take a while
+    folders = [*wheel_dirs, dest / "wheels"]
+    for releases in sites or [current_site()]:
+        site = dest / site_name(releases)
+        site.mkdir(parents=True, exist_ok=True)
+        for release in releases:
+            if release in failed:
                 continue
-        if wheel is None:
-            wheel = download(engine, version, dest / "wheels")
-        count = extract(engine, wheel, site)
-        lines.append(f"{engine} {version}: {count} files from {wheel} into {site / engine}")
-    return lines
+            try:
+                lines.append(fetch_release(*release, site, folders))
+            except FetchError as exc:
+                if not optional:
+                    raise
+                failed[release] = str(exc)
+    return lines, list(failed.values())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "sites",
+        nargs="*",
+        metavar="SITE",
+        help="releases for one site, comma-separated: vllm==0.34.0,sglang==0.5.23 "
+        "(default: each engine's current release)",
+    )
     parser.add_argument("--dest", type=Path, default=ROOT / ".engines", help="cache folder")
     parser.add_argument(
         "--wheels",
@@ -161,14 +231,27 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="a folder of already downloaded wheels (repeatable)",
     )
+    parser.add_argument(
+        "--optional",
+        action="store_true",
+        help="a release that cannot be had is a warning (its site's tests skip), not a failure",
+    )
     args = parser.parse_args(argv)
     from_env = [Path(p) for p in os.environ.get("MOETUNE_ENGINE_WHEELS", "").split(":") if p]
     try:
-        for line in fetch(args.dest, [*args.wheels, *from_env]):
-            print(line)
+        sites = [parse_site(spec) for spec in args.sites]
+        lines, errors = fetch(args.dest, [*args.wheels, *from_env], sites, args.optional)
     except FetchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}; {OFFLINE_HINT}", file=sys.stderr)
         return 1
+    for line in lines:
+        print(line)
+    if errors:
+        print(
+            f"warning: {'; '.join(errors)}: tests/engines_real skips the sites without them; "
+            f"{OFFLINE_HINT}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""scripts/fetch_engines.py: only the files moetune reads, in the package layout, once."""
+"""scripts/fetch_engines.py: only the files moetune reads, in the package layout, once per site."""
 
 import importlib.util
 import sys
@@ -22,8 +22,8 @@ def _script():
 fetch_engines = _script()
 
 
-def fake_wheel(folder, engine, members):
-    version, _ = current_release(engine)
+def fake_wheel(folder, engine, members, version=None):
+    version = version or current_release(engine)[0]
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"{engine}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -65,13 +65,18 @@ def wheels(tmp_path):
     return folder
 
 
+def site_files(site):
+    return sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
+
+
 def test_extracts_only_what_moetune_reads_in_the_package_layout(tmp_path, wheels, monkeypatch):
     dest = tmp_path / "cache"
-    lines = fetch_engines.fetch(dest, [wheels])
+    lines, errors = fetch_engines.fetch(dest, [wheels])
+    assert errors == []
     assert [line.split(":")[0] for line in lines] == ["vllm 0.33.0", "sglang 0.5.23"]
-    site = dest / "site"
-    files = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
-    assert files == [
+    assert [p.name for p in dest.iterdir()] == ["vllm-0.33.0+sglang-0.5.23"]
+    site = dest / "vllm-0.33.0+sglang-0.5.23"
+    assert site_files(site) == [
         ".moetune-sglang",
         ".moetune-vllm",
         "sglang-0.5.23.dist-info/METADATA",
@@ -90,6 +95,21 @@ def test_extracts_only_what_moetune_reads_in_the_package_layout(tmp_path, wheels
     assert (found.version, found.note) == ("0.33.0", None)
 
 
+def test_one_site_per_release_mix(tmp_path, wheels, monkeypatch):
+    fake_wheel(wheels, "vllm", {"vllm/__init__.py": "", "vllm/envs.py": "# 0.34\n"}, "0.34.0")
+    sites = ["vllm==0.33.0,sglang==0.5.23", "vllm==0.34.0,sglang==0.5.23"]
+    dest = tmp_path / "cache"
+    assert fetch_engines.main(["--dest", str(dest), "--wheels", str(wheels), *sites]) == 0
+    old, new = dest / "vllm-0.33.0+sglang-0.5.23", dest / "vllm-0.34.0+sglang-0.5.23"
+    assert (old / ".moetune-vllm").read_text().startswith("vllm-0.33.0-")
+    assert (new / ".moetune-vllm").read_text().startswith("vllm-0.34.0-")
+    assert (new / "vllm/envs.py").read_text() == "# 0.34\n" and not (old / "vllm/envs.py").exists()
+    assert (old / ".moetune-sglang").read_text() == (new / ".moetune-sglang").read_text()
+    monkeypatch.syspath_prepend(str(new))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    assert find_installed("vllm").version == "0.34.0"
+
+
 def test_a_second_run_reuses_the_cache_and_never_downloads(tmp_path, wheels, monkeypatch):
     dest = tmp_path / "cache"
     fetch_engines.fetch(dest, [wheels])
@@ -98,8 +118,8 @@ def test_a_second_run_reuses_the_cache_and_never_downloads(tmp_path, wheels, mon
         raise AssertionError("downloaded again")
 
     monkeypatch.setattr(fetch_engines, "download", no_download)
-    lines = fetch_engines.fetch(dest, [])
-    assert all(line.endswith("(already extracted)") for line in lines)
+    lines, _ = fetch_engines.fetch(dest, [])
+    assert len(lines) == 2 and all(line.endswith("(already extracted)") for line in lines)
 
 
 def test_a_wheel_that_cannot_be_read_is_one_line(tmp_path, capsys):
@@ -110,6 +130,56 @@ def test_a_wheel_that_cannot_be_read_is_one_line(tmp_path, capsys):
     assert fetch_engines.main(["--dest", str(tmp_path / "cache"), "--wheels", str(folder)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "cannot read the wheel" in err and err.count("\n") == 1
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """pip download fails, as without network; the releases tried, in order."""
+    tried = []
+
+    def download(engine, version, folder):
+        tried.append(f"{engine}=={version}")
+        raise fetch_engines.FetchError(f"pip download {engine}=={version} failed: no network")
+
+    monkeypatch.setattr(fetch_engines, "download", download)
+    return tried
+
+
+def test_offline_is_one_line_that_says_how_to_use_local_wheels(tmp_path, offline, capsys):
+    assert fetch_engines.main(["--dest", str(tmp_path), "vllm==0.34.0,sglang==0.5.23"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("error: pip download vllm==0.34.0 failed: no network; ")
+    assert "--wheels DIR" in err and "ENGINE_WHEELS=DIR" in err
+    assert offline == ["vllm==0.34.0"]
+
+
+def test_optional_fetches_what_it_can_and_warns_once(tmp_path, wheels, offline, capsys):
+    sites = ["vllm==0.33.0,sglang==0.5.23", "vllm==0.34.0,sglang==0.5.23"]
+    args = ["--dest", str(tmp_path / "cache"), "--wheels", str(wheels), "--optional", *sites]
+    assert fetch_engines.main(args) == 0
+    out, err = capsys.readouterr()
+    assert offline == ["vllm==0.34.0"]  # the others are in `wheels`, each missing one tried once
+    assert out.count("\n") == 3 and err.count("\n") == 1
+    assert err.startswith("warning: pip download vllm==0.34.0 failed: no network: ")
+    assert "skips the sites without them" in err and "ENGINE_WHEELS=DIR" in err
+    assert not (tmp_path / "cache" / "vllm-0.34.0+sglang-0.5.23" / ".moetune-vllm").exists()
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("vllm=0.34.0", "'vllm=0.34.0' is not a release: write ENGINE==VERSION"),
+        ("torch==2.13.0", "'torch==2.13.0' is not a release"),
+        ("vllm==latest", "'vllm==latest' is not a release"),
+        ("vllm==0.33.0,vllm==0.34.0", "names vllm twice"),
+    ],
+)
+def test_a_bad_site_is_one_line(tmp_path, spec, message, capsys):
+    assert fetch_engines.main(["--dest", str(tmp_path), spec]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert err.count("\n") == 1 and not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(

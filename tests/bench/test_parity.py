@@ -96,10 +96,21 @@ def int4_layer_error(parity, launcher, M=3):
     return parity.layer_error(launcher, problem, config, token_set, None, expected)
 
 
-def test_int4_vllm_launcher_passes_vllms_argument_order(parity):
+def swapped_standin(folder: Path) -> Path:
+    """The stand-in with the weight's k and n strides passed on the other way round."""
+    forwarded = "        stride_be,\n        stride_bn,\n        stride_bk,\n"
+    source = STANDIN.read_text()
+    assert source.count(forwarded) == 1, "the stand-in forwards the weight's strides once"
+    swapped = forwarded.replace("stride_bn", "@").replace("stride_bk", "stride_bn")
+    path = folder / "gptq_awq_swapped.py"
+    path.write_text(source.replace(forwarded, swapped.replace("@", "stride_bk")))
+    return path
+
+
+def test_int4_vllm_launcher_passes_vllms_argument_order(parity, tmp_path):
     """The launcher feeds vLLM's parameter list right; the wrong stride order is caught."""
     right = parity.load_vllm_kernel(STANDIN, "fused_moe_kernel_gptq_awq")
-    wrong = parity.load_vllm_kernel(STANDIN, "swapped_strides")
+    wrong = parity.load_vllm_kernel(swapped_standin(tmp_path), "fused_moe_kernel_gptq_awq")
     assert int4_layer_error(parity, parity.vllm_wna16_launcher(right)) < 1e-3
     assert int4_layer_error(parity, parity.vllm_wna16_launcher(wrong)) > 0.1
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.reads_only("sglang")]
 
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 

@@ -17,8 +17,8 @@ def functions(path):
     return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
-def test_the_current_releases_are_found_exactly_and_never_imported(engines_site):
-    for engine, version in (("vllm", "0.33.0"), ("sglang", "0.5.23")):
+def test_the_sites_releases_are_found_exactly_and_never_imported(engines_site, site_releases):
+    for engine, version in site_releases.items():
         found = find_installed(engine)
         assert (found.version, found.release, found.note) == (version, version, None)
         assert found.root == (engines_site / engine).resolve()
@@ -40,8 +40,13 @@ def test_lookup_sources_hold_the_lookups(vllm_installed, sglang_installed):
     assert sglang_installed.configs_dir == sglang_installed.lookup_source.parent / "configs"
 
 
+# vLLM's H200 files, per release (0.34.0 adds two `_down.json` files).
+VLLM_H200_FILES = {"0.33.0": 52, "0.34.0": 54}
+
+
 def test_the_shipped_h200_files_are_where_the_layout_says(vllm_installed, sglang_installed):
-    assert len(list(vllm_installed.configs_dir.glob("*device_name=NVIDIA_H200*.json"))) == 52
+    h200 = list(vllm_installed.configs_dir.glob("*device_name=NVIDIA_H200*.json"))
+    assert len(h200) == VLLM_H200_FILES[vllm_installed.version]
     triton_3_6_0 = sglang_installed.configs_dir / "triton_3_6_0"
     assert len(list(triton_3_6_0.glob("*device_name=NVIDIA_H200*.json"))) == 12  # of 26 files
     assert (triton_3_6_0 / "E=128,N=768,device_name=NVIDIA_H200.json").is_file()

@@ -85,6 +85,11 @@ class Log:
         )
 
 
+def module_functions(path: Path) -> set[str]:
+    """The names of `path`'s module-level functions."""
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
 def compile_functions(path: Path, names: set[str], namespace: dict) -> dict:
     """The module-level functions `names` of `path`, defined in `namespace`, decorators dropped."""
     tree = ast.parse(path.read_text())
@@ -176,7 +181,7 @@ def made_up_shapes(experts, intermediate):
 
 @pytest.fixture
 def vllm_engine(monkeypatch, vllm_installed):
-    """vLLM 0.33.0's lookup functions, compiled from its fused_moe.py with stubs."""
+    """vLLM's lookup functions, compiled from the site's fused_moe.py with stubs."""
     root = vllm_installed.root
     device = {"name": DEVICES[0]}
     platform = types.SimpleNamespace(
@@ -209,6 +214,10 @@ def vllm_engine(monkeypatch, vllm_installed):
         "should_moe_wna16_use_cuda",
         "try_get_optimal_moe_config",
     }
+    # 0.34.0 split try_get_optimal_moe_config into these helpers.
+    names |= {"_get_configured_moe_config", "_moe_config_shape"} & module_functions(
+        vllm_installed.lookup_source
+    )
     compile_functions(vllm_installed.lookup_source, names, namespace)
     return types.SimpleNamespace(device=device, **namespace)
 
@@ -385,6 +394,7 @@ def moetune_sglang(E, N, dtype, block, per_channel, M, device, triton_version, e
     return name, config, down_config
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_port_gives_sglangs_own_answer(sglang_engine, sglang_installed, tmp_path):
     own_root = tmp_path / "mine"
     (own_root / "configs" / "triton_3_6_0").mkdir(parents=True)
@@ -417,6 +427,7 @@ def test_sglang_port_gives_sglangs_own_answer(sglang_engine, sglang_installed, t
     agree()
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_env_folder_as_sglang_reads_it(
     sglang_engine, sglang_installed, tmp_path, monkeypatch
 ):
@@ -441,6 +452,7 @@ def test_sglang_env_folder_as_sglang_reads_it(
         assert moetune_sglang(*args, env, sglang_installed) == theirs, root
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_port_on_every_shipped_h200_file(sglang_engine, sglang_installed):
     pattern = "triton_*/*device_name=NVIDIA_H200*.json"
     shapes = shipped_shapes("sglang", sglang_installed.configs_dir, pattern)
@@ -455,6 +467,7 @@ def test_sglang_port_on_every_shipped_h200_file(sglang_engine, sglang_installed)
             assert not any("default MoE" in line for line in sglang_engine.logger.lines), shape
 
 
+@pytest.mark.reads_only("sglang")
 def test_sglang_fallback_is_sglangs_at_every_batch_size(sglang_engine, sglang_installed):
     for E, dtype, block, M in FALLBACK_CASES:
         args = (E, 334, dtype, block, False, M, "NVIDIA H200", "3.6.0")

@@ -23,7 +23,7 @@ from moetune.kernel.fused_moe_kernel_sglang import fused_moe_kernel as twin
 from moetune.kernel.naive import naive_routing
 from moetune.kernel.problem import make_problem
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.reads_only("sglang")]
 PDL_KEYS = ("USE_GDC", "GDC_EARLY", "launch_pdl")
 
 

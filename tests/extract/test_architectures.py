@@ -21,685 +21,120 @@ ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "moetune" / "catalog"
 FIXTURES = ROOT / "tests" / "fixtures" / "configs"
 
-# file: (entry, E, top_k, intermediate, hidden, expert_hidden, shared, dtype, quant, block)
-CATALOG_CASES = {
-    "mistralai__Mixtral-8x7B-v0.1.json": (
-        "mixtral",
-        8,
-        2,
-        14336,
-        4096,
-        4096,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "databricks__dbrx-instruct.json": (
-        "dbrx",
-        16,
-        4,
-        10752,
-        6144,
-        6144,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "deepseek-ai__DeepSeek-V2-Lite.json": (
-        "deepseek",
-        64,
-        6,
-        1408,
-        2048,
-        2048,
-        2,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "deepseek-ai__DeepSeek-V2.json": (
-        "deepseek",
-        160,
-        6,
-        1536,
-        5120,
-        5120,
-        2,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "deepseek-ai__DeepSeek-V3.json": (
-        "deepseek",
-        256,
-        8,
-        2048,
-        7168,
-        7168,
-        1,
-        "bfloat16",
-        "fp8",
-        (128, 128),
-    ),
-    "deepseek-ai__DeepSeek-V3.2.json": (
-        "deepseek",
-        256,
-        8,
-        2048,
-        7168,
-        7168,
-        1,
-        "bfloat16",
-        "fp8",
-        (128, 128),
-    ),
-    "moonshotai__Kimi-K2-Instruct.json": (
-        "deepseek",
-        384,
-        8,
-        2048,
-        7168,
-        7168,
-        1,
-        "bfloat16",
-        "fp8",
-        (128, 128),
-    ),
-    "zai-org__GLM-4.5.json": ("deepseek", 160, 8, 1536, 5120, 5120, 1, "bfloat16", None, None),
-    "zai-org__GLM-4.5-Air.json": ("deepseek", 128, 8, 1408, 4096, 4096, 1, "bfloat16", None, None),
-    "XiaomiMiMo__MiMo-V2-Flash.json": (
-        "deepseek",
-        256,
-        8,
-        2048,
-        4096,
-        4096,
-        None,
-        "bfloat16",
-        "fp8",
-        (128, 128),
-    ),
-    "rednote-hilab__dots.llm1.inst.json": (
-        "deepseek",
-        128,
-        6,
-        1408,
-        4096,
-        4096,
-        2,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "zai-org__GLM-4.5V.json": (
-        "deepseek_vl_text",
-        128,
-        8,
-        1408,
-        4096,
-        4096,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "Qwen__Qwen3-30B-A3B.json": (
-        "qwen3_moe",
-        128,
-        8,
-        768,
-        2048,
-        2048,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "Qwen__Qwen3-235B-A22B.json": (
-        "qwen3_moe",
-        128,
-        8,
-        1536,
-        4096,
-        4096,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "Qwen__Qwen3-Next-80B-A3B-Instruct.json": (
-        "qwen3_next",
-        512,
-        10,
-        512,
-        2048,
-        2048,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "Qwen__Qwen3-VL-30B-A3B-Instruct.json": (
-        "qwen3_vl_moe",
-        128,
-        8,
-        768,
-        2048,
-        2048,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "Qwen__Qwen3.5-35B-A3B.json": (
-        "qwen3_5_moe",
-        256,
-        8,
-        512,
-        2048,
-        2048,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "Qwen__Qwen3.5-397B-A17B.json": (
-        "qwen3_5_moe",
-        512,
-        10,
-        1024,
-        4096,
-        4096,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    # Llama 4: intermediate_size is the expert FFN; intermediate_size_mlp (16384) is dense
-    "meta-llama__Llama-4-Scout-17B-16E-Instruct.json": (
-        "llama4",
-        16,
-        1,
-        8192,
-        5120,
-        5120,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    # gpt-oss carries both num_experts_per_tok and experts_per_token (both 4); no dtype key
-    "openai__gpt-oss-120b.json": ("gpt_oss", 128, 4, 2880, 2880, 2880, None, None, "mxfp4", None),
-    # Kimi K3: text_config.top_k = 50 is a sampling default; routed experts run on a 3584 latent
-    "moonshotai__Kimi-K3.json": (
-        "kimi_k3",
-        896,
-        16,
-        3072,
-        7168,
-        3584,
-        2,
-        "bfloat16",
-        "compressed-tensors",
-        None,
-    ),
-    # HunYuan: moe_topk / moe_intermediate_size / num_shared_expert are per-layer lists
-    "tencent__Hunyuan-A13B-Instruct.json": (
-        "hunyuan_moe",
-        64,
-        8,
-        3072,
-        4096,
-        4096,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    # MiniMax: intermediate_size is per expert (M2's mlp_intermediate_size 8192 is unused)
-    "MiniMaxAI__MiniMax-Text-01-hf.json": (
-        "minimax",
-        32,
-        2,
-        9216,
-        6144,
-        6144,
-        None,
-        None,
-        None,
-        None,
-    ),
-    "MiniMaxAI__MiniMax-M1.json": ("minimax", 32, 2, 9216, 6144, 6144, None, None, None, None),
-    "MiniMaxAI__MiniMax-M2.json": (
-        "minimax",
-        256,
-        8,
-        1536,
-        3072,
-        3072,
-        None,
-        None,
-        "fp8",
-        (128, 128),
-    ),
-    # ERNIE-4.5-VL: moe_num_experts [64, 64] and moe_intermediate_size [1536, 512] are [text, vision]
-    "baidu__ERNIE-4.5-VL-28B-A3B-PT.json": (
-        "ernie4_5_moe",
-        64,
-        6,
-        1536,
-        2560,
-        2560,
-        2,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "inclusionAI__Ling-lite.json": (
-        "bailing_moe",
-        64,
-        6,
-        1408,
-        2048,
-        2048,
-        2,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "inclusionAI__Ling-plus.json": (
-        "bailing_moe",
-        64,
-        4,
-        3072,
-        5376,
-        5376,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "ibm-granite__granite-3.0-3b-a800m-base.json": (
-        "granitemoe",
-        40,
-        8,
-        512,
-        1536,
-        1536,
-        None,
-        None,
-        None,
-        None,
-    ),
-    "ibm-granite__granite-4.0-h-small.json": (
-        "granitemoe",
-        72,
-        10,
-        768,
-        4096,
-        4096,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "microsoft__Phi-3.5-MoE-instruct.json": (
-        "phimoe",
-        16,
-        2,
-        6400,
-        4096,
-        4096,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json": (
-        "nemotron_h",
-        128,
-        6,
-        1856,
-        2688,
-        2688,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "LiquidAI__LFM2-8B-A1B.json": (
-        "lfm2_moe",
-        32,
-        4,
-        1792,
-        2048,
-        2048,
-        None,
-        "bfloat16",
-        None,
-        None,
-    ),
-    "arcee-ai__Trinity-Mini.json": ("afmoe", 128, 8, 1024, 2048, 2048, 1, "bfloat16", None, None),
-    # Quantized releases (catalog INDEX.md, "Quantized checkpoints"); their quantization in test_quant.py.
-    "Qwen__Qwen3-30B-A3B-GPTQ-Int4.json": (
-        "qwen3_moe",
-        128,
-        8,
-        768,
-        2048,
-        2048,
-        None,
-        "float16",
-        "gptq",
-        None,
-    ),
-    "QuantTrio__MiniMax-M2-AWQ.json": (
-        "minimax",
-        256,
-        8,
-        1536,
-        3072,
-        3072,
-        None,
-        "float16",
-        "awq",
-        None,
-    ),
-    "poolside__Laguna-XS.2-INT4.json": (
-        "laguna",
-        256,
-        8,
-        512,
-        2048,
-        2048,
-        1,
-        "bfloat16",
-        "compressed-tensors",
-        None,
-    ),
-    "RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json": (
-        "llama4",
-        16,
-        1,
-        8192,
-        5120,
-        5120,
-        1,
-        "bfloat16",
-        "compressed-tensors",
-        None,
-    ),
-    "Qwen__Qwen3-30B-A3B-FP8.json": (
-        "qwen3_moe",
-        128,
-        8,
-        768,
-        2048,
-        2048,
-        None,
-        "bfloat16",
-        "fp8",
-        (128, 128),
-    ),
-    "mistralai__Mistral-Small-4-119B-2603.json": (
-        "mistral4",
-        128,
-        4,
-        2048,
-        4096,
-        4096,
-        1,
-        "bfloat16",
-        "fp8",
-        None,
-    ),
-    "nvidia__Qwen3.5-122B-A10B-NVFP4.json": (
-        "qwen3_5_moe",
-        256,
-        8,
-        1024,
-        3072,
-        3072,
-        1,
-        "bfloat16",
-        "modelopt",
-        None,
-    ),
-}
 
-# fixture: (entry, E, top_k, intermediate, hidden, expert_hidden, shared, dtype, quant, block)
-FIXTURE_CASES = {
-    "jamba.json": ("jamba", 16, 2, 14336, 4096, 4096, None, None, None, None),  # Jamba-v0.1
-    "olmoe.json": ("olmoe", 64, 8, 1024, 2048, 2048, None, None, None, None),  # OLMoE-1B-7B
-    "qwen2_moe.json": (
-        "qwen2_moe",
-        60,
-        4,
-        1408,
-        2048,
-        2048,
-        1,
-        None,
-        None,
-        None,
-    ),  # Qwen1.5-MoE-A2.7B
-    "qwen3_5_moe_text.json": (
-        "qwen3_next",
-        256,
-        8,
-        512,
-        2048,
-        2048,
-        1,
-        None,
-        None,
-        None,
-    ),  # Qwen3.5-35B-A3B text
-    "qwen3_omni_moe.json": (
-        "qwen3_omni_moe",
-        128,
-        8,
-        768,
-        2048,
-        2048,
-        None,
-        None,
-        None,
-        None,
-    ),  # Qwen3-Omni-30B-A3B thinker
-    "kimi_linear.json": (
-        "kimi_linear",
-        256,
-        8,
-        1024,
-        2304,
-        2304,
-        1,
-        None,
-        None,
-        None,
-    ),  # Kimi-Linear-48B-A3B
-    "kimi_k25.json": (
-        "deepseek_vl_text",
-        384,
-        8,
-        2048,
-        7168,
-        7168,
-        1,
-        None,
-        None,
-        None,
-    ),  # Kimi-K2.5 (K2 text model)
-    "kimi_k25_int4.json": (
-        "deepseek_vl_text",
-        384,
-        8,
-        2048,
-        7168,
-        7168,
-        1,
-        None,
-        "compressed-tensors",
-        None,
-    ),  # Kimi-K2.5 with its int4 W4A16 quantization_config
-    "deepseek_v4_flash.json": (
-        "deepseek",
-        256,
-        6,
-        2048,
-        4096,
-        4096,
-        1,
-        None,
-        "fp8",
-        (128, 128),
-    ),  # DeepSeek-V4 defaults with Flash's expert_dtype fp4 and fp8 block config
-    "kimi_vl.json": (
-        "deepseek_vl_text",
-        64,
-        6,
-        1408,
-        2048,
-        2048,
-        2,
-        "bfloat16",
-        None,
-        None,
-    ),  # Kimi-VL-A3B
-    "deepseek_v4.json": (
-        "deepseek",
-        256,
-        6,
-        2048,
-        4096,
-        4096,
-        1,
-        None,
-        None,
-        None,
-    ),  # transformers' defaults
-    "ernie4_5_moe.json": (
-        "ernie4_5_moe",
-        64,
-        6,
-        1536,
-        2560,
-        2560,
-        2,
-        None,
-        None,
-        None,
-    ),  # ERNIE-4.5-21B-A3B
-    "granitemoeshared.json": (
-        "granitemoe",
-        8,
-        2,
-        11008,
-        4096,
-        4096,
-        None,
-        None,
-        None,
-        None,
-    ),  # class defaults
-    "jetmoe.json": ("jetmoe", 8, 2, 5632, 2048, 2048, None, None, None, None),  # JetMoE-8B
-    "longcat_flash.json": (
-        "longcat_flash",
-        512,
-        12,
-        2048,
-        6144,
-        6144,
-        None,
-        None,
-        None,
-        None,
-    ),  # LongCat-Flash
-    "nemotron_h_latent.json": (
-        "nemotron_h",
-        8,
-        2,
-        7688,
-        4096,
-        1024,
-        1,
-        None,
-        None,
-        None,
-    ),  # latent MoE
-    "gemma4_moe.json": ("gemma4", 128, 8, 704, 2304, 2304, None, None, None, None),  # top_k_experts
-    "exaone_moe.json": (
-        "exaone_moe",
-        64,
-        8,
-        1024,
-        4096,
-        4096,
-        1,
-        None,
-        None,
-        None,
-    ),  # class defaults
-    "step3p5.json": ("step3", 288, 8, 1280, 4096, 4096, None, None, None, None),  # Step-3.5 sizes
-    "step3.json": ("step3", 48, 3, 5120, 7168, 7168, None, "bfloat16", None, None),  # Step3
-    "grok1.json": ("grok", 8, 2, 32768, 6144, 6144, None, "bfloat16", None, None),  # Grok-1
-    "bailing_moe_v2.json": (
-        "bailing_moe",
-        256,
-        8,
-        512,
-        2048,
-        2048,
-        1,
-        "bfloat16",
-        None,
-        None,
-    ),  # Ling-mini-2.0
-    "llama4_text.json": (
-        "llama4",
-        16,
-        1,
-        8192,
-        5120,
-        5120,
-        1,
-        None,
-        None,
-        None,
-    ),  # Llama4ForCausalLM, flat
-    "bailing_hybrid.json": (
-        "bailing_hybrid",
-        512,
-        8,
-        768,
-        2560,
-        2560,
-        1,
-        None,
-        None,
-        None,
-    ),  # class defaults
-    # HunYuan checkpoints that write moe_topk etc. as plain numbers (catalog file, lists collapsed)
-    "hunyuan_scalar.json": ("hunyuan_moe", 64, 8, 3072, 4096, 4096, 1, "bfloat16", None, None),
-    # Ling's base config says n_routed_experts where the chat config says num_experts
-    "ling_base.json": ("bailing_moe", 64, 6, 1408, 2048, 2048, 2, "bfloat16", None, None),
-    # Real W8A8 int8 config (README.md: not upstream, not built by build_fixtures.py).
-    "qwen3_6_w8a8_int8.json": (
-        "qwen3_5_moe",
-        256,
-        8,
-        512,
-        2048,
-        2048,
-        1,
-        "bfloat16",
-        "compressed-tensors",
-        None,
-    ),
-}
+def cases(table: str) -> dict[str, tuple]:
+    """One row per config file: its name, then the extraction expected of it.
+
+    Columns: entry, E, top_k, intermediate, hidden, expert_hidden, shared, dtype,
+    quant, block; ``-`` is None, a block is ``NxK``, ``#`` starts a comment.
+    """
+    parsed: dict[str, tuple] = {}
+    for line in table.splitlines():
+        cells = line.split("#", 1)[0].split()
+        if not cells:
+            continue
+        assert len(cells) == 11, f"a row has 11 cells: {line!r}"
+        name, entry, *sizes, dtype, quant, block = cells
+        assert name not in parsed, f"{name} twice"
+        parsed[name] = (
+            entry,
+            *(None if cell == "-" else int(cell) for cell in sizes),
+            None if dtype == "-" else dtype,
+            None if quant == "-" else quant,
+            None if block == "-" else tuple(int(n) for n in block.split("x")),
+        )
+    return parsed
+
+
+CATALOG_CASES = cases(
+    """
+# file                                                     entry             E    top_k  inter  hidden  expert  shared  dtype     quant               block
+mistralai__Mixtral-8x7B-v0.1.json                          mixtral           8    2      14336  4096    4096    -       bfloat16  -                   -
+databricks__dbrx-instruct.json                             dbrx              16   4      10752  6144    6144    -       bfloat16  -                   -
+deepseek-ai__DeepSeek-V2-Lite.json                         deepseek          64   6      1408   2048    2048    2       bfloat16  -                   -
+deepseek-ai__DeepSeek-V2.json                              deepseek          160  6      1536   5120    5120    2       bfloat16  -                   -
+deepseek-ai__DeepSeek-V3.json                              deepseek          256  8      2048   7168    7168    1       bfloat16  fp8                 128x128
+deepseek-ai__DeepSeek-V3.2.json                            deepseek          256  8      2048   7168    7168    1       bfloat16  fp8                 128x128
+moonshotai__Kimi-K2-Instruct.json                          deepseek          384  8      2048   7168    7168    1       bfloat16  fp8                 128x128
+zai-org__GLM-4.5.json                                      deepseek          160  8      1536   5120    5120    1       bfloat16  -                   -
+zai-org__GLM-4.5-Air.json                                  deepseek          128  8      1408   4096    4096    1       bfloat16  -                   -
+XiaomiMiMo__MiMo-V2-Flash.json                             deepseek          256  8      2048   4096    4096    -       bfloat16  fp8                 128x128
+rednote-hilab__dots.llm1.inst.json                         deepseek          128  6      1408   4096    4096    2       bfloat16  -                   -
+zai-org__GLM-4.5V.json                                     deepseek_vl_text  128  8      1408   4096    4096    1       bfloat16  -                   -
+Qwen__Qwen3-30B-A3B.json                                   qwen3_moe         128  8      768    2048    2048    -       bfloat16  -                   -
+Qwen__Qwen3-235B-A22B.json                                 qwen3_moe         128  8      1536   4096    4096    -       bfloat16  -                   -
+Qwen__Qwen3-Next-80B-A3B-Instruct.json                     qwen3_next        512  10     512    2048    2048    1       bfloat16  -                   -
+Qwen__Qwen3-VL-30B-A3B-Instruct.json                       qwen3_vl_moe      128  8      768    2048    2048    -       bfloat16  -                   -
+Qwen__Qwen3.5-35B-A3B.json                                 qwen3_5_moe       256  8      512    2048    2048    1       bfloat16  -                   -
+Qwen__Qwen3.5-397B-A17B.json                               qwen3_5_moe       512  10     1024   4096    4096    1       bfloat16  -                   -
+# Llama 4: intermediate_size is the expert FFN; intermediate_size_mlp (16384) is dense
+meta-llama__Llama-4-Scout-17B-16E-Instruct.json            llama4            16   1      8192   5120    5120    1       bfloat16  -                   -
+# gpt-oss carries both num_experts_per_tok and experts_per_token (both 4); no dtype key
+openai__gpt-oss-120b.json                                  gpt_oss           128  4      2880   2880    2880    -       -         mxfp4               -
+# Kimi K3: text_config.top_k = 50 is a sampling default; routed experts run on a 3584 latent
+moonshotai__Kimi-K3.json                                   kimi_k3           896  16     3072   7168    3584    2       bfloat16  compressed-tensors  -
+# HunYuan: moe_topk / moe_intermediate_size / num_shared_expert are per-layer lists
+tencent__Hunyuan-A13B-Instruct.json                        hunyuan_moe       64   8      3072   4096    4096    1       bfloat16  -                   -
+# MiniMax: intermediate_size is per expert (M2's mlp_intermediate_size 8192 is unused)
+MiniMaxAI__MiniMax-Text-01-hf.json                         minimax           32   2      9216   6144    6144    -       -         -                   -
+MiniMaxAI__MiniMax-M1.json                                 minimax           32   2      9216   6144    6144    -       -         -                   -
+MiniMaxAI__MiniMax-M2.json                                 minimax           256  8      1536   3072    3072    -       -         fp8                 128x128
+# ERNIE-4.5-VL: moe_num_experts [64, 64] and moe_intermediate_size [1536, 512] are [text, vision]
+baidu__ERNIE-4.5-VL-28B-A3B-PT.json                        ernie4_5_moe      64   6      1536   2560    2560    2       bfloat16  -                   -
+inclusionAI__Ling-lite.json                                bailing_moe       64   6      1408   2048    2048    2       bfloat16  -                   -
+inclusionAI__Ling-plus.json                                bailing_moe       64   4      3072   5376    5376    1       bfloat16  -                   -
+ibm-granite__granite-3.0-3b-a800m-base.json                granitemoe        40   8      512    1536    1536    -       -         -                   -
+ibm-granite__granite-4.0-h-small.json                      granitemoe        72   10     768    4096    4096    -       bfloat16  -                   -
+microsoft__Phi-3.5-MoE-instruct.json                       phimoe            16   2      6400   4096    4096    -       bfloat16  -                   -
+nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json           nemotron_h        128  6      1856   2688    2688    1       bfloat16  -                   -
+LiquidAI__LFM2-8B-A1B.json                                 lfm2_moe          32   4      1792   2048    2048    -       bfloat16  -                   -
+arcee-ai__Trinity-Mini.json                                afmoe             128  8      1024   2048    2048    1       bfloat16  -                   -
+# Quantized releases (catalog INDEX.md, "Quantized checkpoints"); their quantization in test_quant.py.
+Qwen__Qwen3-30B-A3B-GPTQ-Int4.json                         qwen3_moe         128  8      768    2048    2048    -       float16   gptq                -
+QuantTrio__MiniMax-M2-AWQ.json                             minimax           256  8      1536   3072    3072    -       float16   awq                 -
+poolside__Laguna-XS.2-INT4.json                            laguna            256  8      512    2048    2048    1       bfloat16  compressed-tensors  -
+RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json  llama4            16   1      8192   5120    5120    1       bfloat16  compressed-tensors  -
+Qwen__Qwen3-30B-A3B-FP8.json                               qwen3_moe         128  8      768    2048    2048    -       bfloat16  fp8                 128x128
+mistralai__Mistral-Small-4-119B-2603.json                  mistral4          128  4      2048   4096    4096    1       bfloat16  fp8                 -
+nvidia__Qwen3.5-122B-A10B-NVFP4.json                       qwen3_5_moe       256  8      1024   3072    3072    1       bfloat16  modelopt            -
+"""
+)
+
+FIXTURE_CASES = cases(
+    """
+# file                  entry             E    top_k  inter  hidden  expert  shared  dtype     quant               block
+jamba.json              jamba             16   2      14336  4096    4096    -       -         -                   -  # Jamba-v0.1
+olmoe.json              olmoe             64   8      1024   2048    2048    -       -         -                   -  # OLMoE-1B-7B
+qwen2_moe.json          qwen2_moe         60   4      1408   2048    2048    1       -         -                   -  # Qwen1.5-MoE-A2.7B
+qwen3_5_moe_text.json   qwen3_next        256  8      512    2048    2048    1       -         -                   -  # Qwen3.5-35B-A3B text
+qwen3_omni_moe.json     qwen3_omni_moe    128  8      768    2048    2048    -       -         -                   -  # Qwen3-Omni-30B-A3B thinker
+kimi_linear.json        kimi_linear       256  8      1024   2304    2304    1       -         -                   -  # Kimi-Linear-48B-A3B
+kimi_k25.json           deepseek_vl_text  384  8      2048   7168    7168    1       -         -                   -  # Kimi-K2.5 (K2 text model)
+kimi_k25_int4.json      deepseek_vl_text  384  8      2048   7168    7168    1       -         compressed-tensors  -  # Kimi-K2.5 with its int4 W4A16 quantization_config
+deepseek_v4_flash.json  deepseek          256  6      2048   4096    4096    1       -         fp8                 128x128  # DeepSeek-V4 defaults with Flash's expert_dtype fp4 and fp8 block config
+kimi_vl.json            deepseek_vl_text  64   6      1408   2048    2048    2       bfloat16  -                   -  # Kimi-VL-A3B
+deepseek_v4.json        deepseek          256  6      2048   4096    4096    1       -         -                   -  # transformers' defaults
+ernie4_5_moe.json       ernie4_5_moe      64   6      1536   2560    2560    2       -         -                   -  # ERNIE-4.5-21B-A3B
+granitemoeshared.json   granitemoe        8    2      11008  4096    4096    -       -         -                   -  # class defaults
+jetmoe.json             jetmoe            8    2      5632   2048    2048    -       -         -                   -  # JetMoE-8B
+longcat_flash.json      longcat_flash     512  12     2048   6144    6144    -       -         -                   -  # LongCat-Flash
+nemotron_h_latent.json  nemotron_h        8    2      7688   4096    1024    1       -         -                   -  # latent MoE
+gemma4_moe.json         gemma4            128  8      704    2304    2304    -       -         -                   -  # top_k_experts
+exaone_moe.json         exaone_moe        64   8      1024   4096    4096    1       -         -                   -  # class defaults
+step3p5.json            step3             288  8      1280   4096    4096    -       -         -                   -  # Step-3.5 sizes
+step3.json              step3             48   3      5120   7168    7168    -       bfloat16  -                   -  # Step3
+grok1.json              grok              8    2      32768  6144    6144    -       bfloat16  -                   -  # Grok-1
+bailing_moe_v2.json     bailing_moe       256  8      512    2048    2048    1       bfloat16  -                   -  # Ling-mini-2.0
+llama4_text.json        llama4            16   1      8192   5120    5120    1       -         -                   -  # Llama4ForCausalLM, flat
+bailing_hybrid.json     bailing_hybrid    512  8      768    2560    2560    1       -         -                   -  # class defaults
+# HunYuan checkpoints that write moe_topk etc. as plain numbers (catalog file, lists collapsed)
+hunyuan_scalar.json     hunyuan_moe       64   8      3072   4096    4096    1       bfloat16  -                   -
+# Ling's base config says n_routed_experts where the chat config says num_experts
+ling_base.json          bailing_moe       64   6      1408   2048    2048    2       bfloat16  -                   -
+# Real W8A8 int8 config (README.md: not upstream, not built by build_fixtures.py).
+qwen3_6_w8a8_int8.json  qwen3_5_moe       256  8      512    2048    2048    1       bfloat16  compressed-tensors  -
+"""
+)
 
 
 @pytest.fixture(scope="module")

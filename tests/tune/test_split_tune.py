@@ -65,6 +65,7 @@ def split_run(tmp_path_factory):
     return plan, first, contents, second
 
 
+@pytest.mark.xdist_group("split_run")  # one worker runs the module fixture once
 def test_a_split_tune_writes_three_valid_files_sharing_block_m(split_run):
     plan, first, contents, _ = split_run
     assert [p.name for p in first.files] == [p.name for p in plan.files]
@@ -88,6 +89,7 @@ def test_a_split_tune_writes_three_valid_files_sharing_block_m(split_run):
             assert sglang[str(result.batch_size)] == result.single.as_config()
 
 
+@pytest.mark.xdist_group("split_run")  # one worker runs the module fixture once
 def test_the_store_holds_every_kind_and_tma_timed_or_skipped_with_its_reason(split_run):
     plan, *_ = split_run
     rows = ResultStore(plan.store_path).all()
@@ -108,6 +110,7 @@ def test_the_store_holds_every_kind_and_tma_timed_or_skipped_with_its_reason(spl
     assert not [r for r in rows if r.kind == "up" and r.use_tma]  # --up-tma is off
 
 
+@pytest.mark.xdist_group("split_run")  # one worker runs the module fixture once
 def test_a_split_tune_resumes_from_the_store(split_run):
     plan, first, contents, second = split_run
     # SGLang's fallback config (a baseline) is one of the tiny space's candidates, already
