@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from moetune.errors import ConfigSourceError
+from moetune.fileio import read_input_text
 
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
 CONFIG_NAME = "config.json"
@@ -98,7 +99,7 @@ def catalog_models() -> list[str]:
 def read_json_file(path: Path) -> dict[str, Any]:
     """Parse a JSON object from `path`; any problem is a one-line `ConfigSourceError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input_text(path)
     except UnicodeDecodeError:
         raise ConfigSourceError(f"{path} is not UTF-8 text") from None
     except OSError as exc:
@@ -131,7 +132,7 @@ def _looks_like_path(model: str) -> bool:
 
 def _load_local(path: Path) -> LoadedConfig:
     file = path / CONFIG_NAME if path.is_dir() else path
-    if path.is_dir() and not file.is_file():
+    if path.is_dir() and not file.exists():  # one that is there but no file is refused below
         raise ConfigSourceError(f"{path} is a directory without a {CONFIG_NAME}")
     return LoadedConfig(read_json_file(file), f"local file {file}", str(file))
 

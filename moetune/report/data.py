@@ -318,11 +318,12 @@ def short_names(dirs: Sequence[Path]) -> list[str]:
 def load_save_dir(path: Path, name: str, diagnostics: list[str]) -> list[ShapeReport]:
     """Every shape of one save dir: from summary.json, else rebuilt (module docstring)."""
     store = _load_store(path, diagnostics)
+    unreadable = ""
     try:
         entries = read_summary_file(path)
     except SummaryFileError as exc:
         diagnostics.append(f"{exc}; rebuilding from the store")
-        entries = []
+        unreadable, entries = f" ({exc})", []
     shapes = [_from_summary(path, name, entry, store) for entry in entries]
     done = {(s.problem_key, s.device_name, s.triton_version) for s in shapes}
     keys = dict.fromkeys(
@@ -336,7 +337,9 @@ def load_save_dir(path: Path, name: str, diagnostics: list[str]) -> list[ShapeRe
             if shape is not None:
                 shapes.append(shape)
     if not shapes:
-        raise ReportError(f"{path}: the results store holds no finished timing to report")
+        raise ReportError(
+            f"{path}: the results store holds no finished timing to report{unreadable}"
+        )
     return shapes
 
 

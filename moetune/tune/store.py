@@ -301,14 +301,17 @@ def _refuse_links(path: Path, what: str = "the results store") -> None:
 class ResultStore:
     """Append-only JSON Lines file of `Measurement`s, indexed in memory by key.
 
-    `path` is the file, or a directory (then ``measurements.jsonl`` inside it).
+    `path` is the file, or a directory (then ``measurements.jsonl`` inside it); a path
+    named ``measurements.jsonl`` is always the file, so a directory of that name is
+    refused, not given a store nested inside it.
     The file and its folder are created on the first `add`. `skipped` lists the
     line numbers that held no measurement (they stay in the file).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         target = Path(path)
-        self.path = target / STORE_FILENAME if target.is_dir() else target
+        nested = target.is_dir() and target.name != STORE_FILENAME
+        self.path = target / STORE_FILENAME if nested else target
         self.lock_path = Path(str(self.path) + ".lock")
         self._rows: list[Measurement] = []
         self._index: dict[StoreKey, Measurement] = {}
