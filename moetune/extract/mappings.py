@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 ENV_VAR = "MOETUNE_MAPPINGS"
 REQUIRED_PARAMS = ("num_experts", "top_k", "intermediate_size", "hidden_size")
+# The largest mappings file read: 400 times the built-in one (about 30,000 entries, validated
+# in a few seconds); a larger one is refused at once.
+MAPPINGS_FILE_LIMIT = 8 << 20
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -324,7 +327,7 @@ def _read(path: str) -> tuple[Any, Any, list[str]]:
         return None, None, [problem]
 
     try:
-        raw = read_input_bytes(path)
+        raw = read_input_bytes(path, MAPPINGS_FILE_LIMIT)
     except OSError as exc:
         return failed(f"{path}: cannot read mappings file ({exc.strerror or exc})")
     try:

@@ -135,7 +135,7 @@ def _check_space_size(data: Any) -> None:
         count, bound, what = 1, MAX_SPACE_CANDIDATES, "a grid of"
         for name in PARAM_NAMES:
             given = data.get(name, DEFAULT_VALUES[name])
-            count *= len(set(given)) if isinstance(given, list) and _hashable(given) else 1
+            count *= len(set(given)) if isinstance(given, (list, tuple)) and _hashable(given) else 1
     else:
         return
     if count > bound:
