@@ -454,3 +454,36 @@ def test_an_entry_of_a_shape_seen_before_is_still_checked_where_it_differs(capsy
     assert "entry 'arch_0', field 'params.top_k'" in problems[0]
     assert "entry 'arch 40', field 'name'" in problems[1]
     assert "entry 'arch_45', field 'architectures'" in problems[2]
+
+
+# --- 9. a lone surrogate and a full stdout are one line, never exit 3 --------------
+
+
+@pytest.mark.parametrize("field", ["architectures", "model_type"])
+def test_a_lone_surrogate_in_the_config_is_one_line(capsys, tmp_path, field):
+    path = tmp_path / "config.json"
+    config = json.loads(QWEN3.read_text())
+    config[field] = ["Qwen3MoeForCausalLM\ud800"] if field == "architectures" else "qwen3\udc00"
+    path.write_text(json.dumps(config))  # ensure_ascii writes the \ud800 escape
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    assert "a lone surrogate: not valid Unicode" in error_line(err)
+    assert str(path) in error_line(err)
+
+
+@pytest.mark.parametrize(
+    "args", [["extract", "--model", QWEN3], ["extract", "--model", QWEN3, "--json"],
+             ["archs", "--help"], ["--help"], ["archs"]],
+)  # fmt: skip
+def test_a_full_stdout_is_one_line_and_exit_1(args):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "moetune", *map(str, args)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={"PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        )
+    assert result.returncode == 1
+    assert result.stderr == "Error: cannot write to stdout: No space left on device\n"

@@ -119,6 +119,16 @@ def read_json_file(path: Path) -> dict[str, Any]:
         raise ConfigSourceError(f"malformed JSON in {path}: {reason}") from None
     if not isinstance(data, dict):
         raise ConfigSourceError(f"{path} holds a JSON {type(data).__name__}, not a config object")
+    if "\\u" in text:  # JSON's escapes can write a lone surrogate, which no output can print
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigSourceError(
+                f"{path}: a string holds {ascii(exc.object[exc.start])[1:-1]}, a lone "
+                "surrogate: not valid Unicode"
+            ) from None
+        except RecursionError:  # as deep as json.loads reads: no string to check is lost
+            pass
     return data
 
 

@@ -223,6 +223,11 @@ def _checked(name: str, value: Any) -> Any:
     if name in _TEXTS or name == "moetune_version":
         if not isinstance(value, str):
             raise BadRow(f"{name} must be a string, got {value!r:.80}")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # JSON's \ud800 escape: no text to print or write
+                raise BadRow(f"{name} is not valid Unicode, got {value!r:.80}") from None
     elif name == "error":
         if value is not None and not isinstance(value, str):
             raise BadRow(f"error must be a string or null, got {value!r:.80}")
