@@ -12,8 +12,9 @@ built-in one) or, with `replace=True`, used alone. The value rules (`parameters`
 see `moetune.extract.rules`) always come from the built-in file: a user's file
 may repeat them but not change them.
 
-A mappings file is plain YAML without anchors or aliases (an alias can expand
-a small file into billions of nodes), UTF-8 encoded.
+A mappings file is a regular file of at most `MAPPINGS_FILE_LIMIT` bytes, plain
+YAML without anchors or aliases (an alias can expand a small file into billions
+of nodes), UTF-8 encoded.
 """
 
 from __future__ import annotations
