@@ -13,7 +13,8 @@ group and owns the exit codes:
     143  stopped by SIGTERM; likewise (129: SIGHUP, a closed terminal)
 
 A reader of stdout that goes away early (``moetune archs | head``) is no error:
-the command stops quietly with 0.
+the command stops quietly with 0. A stdout that cannot be written (``> /dev/full``)
+is one line on stderr and exit 1.
 
 Importing this module must stay cheap: `moetune extract` may not import torch
 or triton, so command modules import them inside their functions only.
@@ -153,6 +154,20 @@ def _stop_writing() -> None:
         pass
 
 
+def _raised_writing_stdout(exc: BaseException) -> bool:
+    """Whether `exc` came from printing to stdout: click's echo (not to stderr) or rich's
+    console, the two ways moetune prints."""
+    frames = traceback.walk_tb(exc.__traceback__)
+    for frame, _ in frames:
+        code = frame.f_code
+        path = code.co_filename.replace(os.sep, "/")
+        if path.endswith("click/utils.py") and code.co_name == "echo":
+            return not frame.f_locals.get("err")
+        if path.endswith("rich/console.py"):
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with moetune's exit codes (see the module docstring)."""
     if threading.current_thread() is threading.main_thread():
@@ -194,6 +209,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
+        if isinstance(exc, OSError) and _raised_writing_stdout(exc):
+            # stdout cannot take the output (`> /dev/full`, a full disk): no bug of moetune's.
+            _stop_writing()
+            click.echo(f"Error: cannot write to stdout: {exc.strerror or exc}", err=True)
+            sys.exit(1)
         path = _write_crash_log()
         click.echo(f"Error: unexpected {type(exc).__name__}: {exc} (traceback in {path})", err=True)
         sys.exit(3)

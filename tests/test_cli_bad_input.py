@@ -10,6 +10,7 @@ that `validate` accepted and `extract` refused.
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,182 @@ def test_unknown_architecture_with_control_characters_is_printed_escaped(capsys,
     assert not any(ord(char) < 32 for char in err.removesuffix("\n")), repr(err)
     assert 'architectures: ["Evil\\u001b[2J"], model_types: ["x\\u001ey"]' in err
     assert "{name: x_y, " in err
+
+
+# --- 7. a --space file is guarded as a mappings file is --------------------------
+
+
+def run_moetune(*args, timeout=60):
+    """`python -m moetune ARGS` in a subprocess under a timeout: a hang fails the test."""
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def tune_dry_run_with_space(capsys, tmp_path, space):
+    return run(
+        capsys, "tune", "--model", TINY_MOE, "--dry-run", "--space", space,
+        "--save-dir", tmp_path / "out",
+    )  # fmt: skip
+
+
+def test_space_alias_bomb_is_refused_at_once(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(BILLION_LAUGHS.replace("entries: []\n", "BLOCK_SIZE_M: *i\n"))
+    code, out, err = run_moetune(
+        "tune", "--model", TINY_MOE, "--dry-run", "--space", path, "--save-dir", tmp_path / "o",
+        timeout=20,
+    )  # fmt: skip
+    assert code == 1
+    assert error_line(err) == (
+        f"Error: search space {path}, line 1: YAML anchors and aliases are not allowed in a "
+        "search space (an alias can expand without bound); write the values out"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("space.yaml", "BLOCK_SIZE_M: " + "[" * 100_000 + "]" * 100_000 + "\n"),
+        ("space.yaml", "".join("  " * depth + "- \n" for depth in range(5000))),
+        ("space.json", '{"BLOCK_SIZE_M": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    ],
+)
+def test_deeply_nested_space_is_one_line(capsys, tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = tune_dry_run_with_space(capsys, tmp_path, path)
+    assert (code, out) == (1, "")
+    line = error_line(err)
+    assert f"search space {path}" in line and "RecursionError" not in line
+
+
+def test_a_list_of_a_million_configs_is_refused_at_once(tmp_path):
+    config = (
+        '{"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, '
+        '"GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}'
+    )
+    path = tmp_path / "space.json"
+    path.write_text("[" + ", ".join([config] * 1_000_000) + "]")
+    started = time.monotonic()
+    code, _, err = run_moetune(
+        "tune", "--model", TINY_MOE, "--dry-run", "--space", path, "--save-dir", tmp_path / "o",
+        timeout=30,
+    )  # fmt: skip
+    assert code == 1
+    assert error_line(err).startswith(f"Error: cannot read search space {path}: 108.7 MiB, more ")
+    assert time.monotonic() - started < 10
+
+
+def test_a_short_list_of_too_many_configs_and_a_huge_grid_are_refused(capsys, tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("".join(f"- {{BLOCK_SIZE_M: {i}}}\n" for i in range(20_000)))
+    code, _, err = tune_dry_run_with_space(capsys, tmp_path, path)
+    assert code == 1
+    assert "a list of 20,000 configs, more than the 10,000 a search space may hold" in (
+        error_line(err)
+    )
+    path.write_text(f"GROUP_SIZE_M: {list(range(1, 4097))}\nnum_stages: {list(range(1, 17))}\n")
+    code, _, err = tune_dry_run_with_space(capsys, tmp_path, path)
+    assert code == 1
+    assert "a grid of 7,864,320 configs, more than the 100,000 a search space may hold" in (
+        error_line(err)
+    )
+
+
+def test_a_space_that_is_not_utf8_is_one_line(capsys, tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_bytes(b"BLOCK_SIZE_M: 16 # caf\xe9\n")
+    code, _, err = tune_dry_run_with_space(capsys, tmp_path, path)
+    assert code == 1
+    assert error_line(err) == f"Error: search space {path} is not UTF-8 text"
+
+
+# --- 8. a large mappings file is validated fast, a huge one refused at once -------
+
+
+def _entries_yaml(count):
+    return "version: 1\nentries:\n" + "".join(
+        f"  - name: arch_{i}\n    architectures: [Arch{i}ForCausalLM]\n"
+        f"    model_types: [arch_{i}]\n    params:\n"
+        "      num_experts: [num_experts, num_local_experts]\n"
+        "      top_k: num_experts_per_tok\n"
+        "      intermediate_size: moe_intermediate_size\n"
+        "      hidden_size: hidden_size\n"
+        for i in range(count)
+    )
+
+
+def test_a_mappings_file_of_20000_entries_validates_in_seconds(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(_entries_yaml(20_000))
+    started = time.monotonic()
+    code, out, err = run_moetune("validate", path, timeout=60)
+    assert (code, out.strip(), err) == (0, f"{path}: valid", "")
+    assert time.monotonic() - started < 20  # 2.5 s of CPU here; 29 s before
+
+
+def test_a_mappings_file_of_200000_entries_is_refused_at_once(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(_entries_yaml(200_000))
+    started = time.monotonic()
+    code, _, err = run_moetune("extract", "--model", QWEN3, "--mappings", path, timeout=30)
+    assert code == 1
+    assert error_line(err) == (
+        f"Error: {path}: cannot read mappings file (51.4 MiB, more than the 8 MiB such a file "
+        "can be)"
+    )
+    assert time.monotonic() - started < 10
+
+
+def test_an_entry_of_a_shape_seen_before_is_still_checked_where_it_differs(capsys, tmp_path):
+    # Entries of one shape are schema-checked once: a bad name or path among them is not.
+    text = _entries_yaml(50).replace("name: arch_40\n", "name: arch 40\n")
+    text = text.replace("[Arch45ForCausalLM]", "[]")
+    path = tmp_path / "m.yaml"
+    path.write_text(text.replace("top_k: num_experts_per_tok\n", "top_k: num experts\n", 1))
+    code, _, err = run(capsys, "validate", path)
+    assert code == 1
+    problems = err.splitlines()[:-1]
+    assert len(problems) == 3, err
+    assert "entry 'arch_0', field 'params.top_k'" in problems[0]
+    assert "entry 'arch 40', field 'name'" in problems[1]
+    assert "entry 'arch_45', field 'architectures'" in problems[2]
+
+
+# --- 9. a lone surrogate and a full stdout are one line, never exit 3 --------------
+
+
+@pytest.mark.parametrize("field", ["architectures", "model_type"])
+def test_a_lone_surrogate_in_the_config_is_one_line(capsys, tmp_path, field):
+    path = tmp_path / "config.json"
+    config = json.loads(QWEN3.read_text())
+    config[field] = ["Qwen3MoeForCausalLM\ud800"] if field == "architectures" else "qwen3\udc00"
+    path.write_text(json.dumps(config))  # ensure_ascii writes the \ud800 escape
+    code, out, err = run(capsys, "extract", "--model", path)
+    assert (code, out) == (1, "")
+    assert "a lone surrogate: not valid Unicode" in error_line(err)
+    assert str(path) in error_line(err)
+
+
+@pytest.mark.parametrize(
+    "args", [["extract", "--model", QWEN3], ["extract", "--model", QWEN3, "--json"],
+             ["archs", "--help"], ["--help"], ["archs"]],
+)  # fmt: skip
+def test_a_full_stdout_is_one_line_and_exit_1(args):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "moetune", *map(str, args)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={"PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        )
+    assert result.returncode == 1
+    assert result.stderr == "Error: cannot write to stdout: No space left on device\n"

@@ -389,3 +389,154 @@ def test_validate_on_random_bytes(raw):
         assert seconds < TIME_LIMIT_S and "Traceback" not in err
         assert code == 1, (out, err)
         assert lines_of(err)[-1].startswith(f"Error: {path}: ")
+
+
+# --- (c) --space files, summary.json and special files ------------------------------
+
+SPACE_GRID = {"BLOCK_SIZE_M": [16, 32], "BLOCK_SIZE_N": 64, "num_warps": [4, 8], "num_stages": 3}
+SPACE_LIST = [
+    {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+     "num_warps": 4, "num_stages": 3},
+    {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 16,
+     "num_warps": 8, "num_stages": 4},
+]  # fmt: skip
+SPACE_PIECES = ["&a ", "*a", "[", "]", "{", "}", ": ", "- ", "\n  ", "4096", "-1", "1e9", "\ud800"]
+
+
+@st.composite
+def mutated_spaces(draw):
+    """(file name, bytes) of a --space file: a valid grid or list with its data or text mutated."""
+    base = draw(st.sampled_from([SPACE_GRID, SPACE_LIST]))
+    name = draw(st.sampled_from(["space.yaml", "space.json"]))
+    rng = random.Random(draw(st.integers(min_value=0, max_value=2**32)))
+    data = json.loads(json.dumps(base))
+    if draw(st.booleans()):
+        for _ in range(draw(st.integers(min_value=1, max_value=3))):
+            data = _mutate_data(data, rng)
+    text = json.dumps(data) if name.endswith(".json") else yaml.safe_dump(data)
+    for _ in range(draw(st.integers(min_value=0, max_value=3))):
+        position = draw(st.integers(min_value=0, max_value=len(text)))
+        text = text[:position] + draw(st.sampled_from(SPACE_PIECES)) + text[position:]
+    return name, text.encode("utf-8", "surrogatepass")
+
+
+@SETTINGS
+@given(mutated_spaces())
+def test_load_space_on_mutated_space_files(case):
+    from moetune.errors import TuneError
+    from moetune.tune.search.space import PARAM_NAMES, load_space
+
+    name, raw = case
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_bytes(raw)
+        start = time.monotonic()
+        try:
+            candidates = load_space(path)
+        except TuneError as exc:
+            message = str(exc)
+            assert str(path) in message and "\n" not in message, message
+            assert "Traceback" not in message
+        else:
+            assert candidates
+            for candidate in candidates:
+                assert all(isinstance(getattr(candidate, key), int) for key in PARAM_NAMES)
+        assert time.monotonic() - start < TIME_LIMIT_S
+
+
+EXAMPLE_DIR = ROOT / "examples" / "h200-2026-12-01"
+
+
+@st.composite
+def mutated_summaries(draw):
+    """A summary.json document of a real tune, with one to three of its values replaced."""
+    document = json.loads((EXAMPLE_DIR / "summary.json").read_text())
+    rng = random.Random(draw(st.integers(min_value=0, max_value=2**32)))
+    entry = document["shapes"][0]
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        field = draw(st.sampled_from(["plan", "results", "baselines", "ceilings", "files"]))
+        if draw(st.booleans()):
+            entry[field] = draw(junk)
+        else:
+            entry[field] = _mutate_data(entry[field], rng)
+    return document
+
+
+@SETTINGS
+@given(mutated_summaries(), st.booleans())
+def test_report_on_mutated_summary_json(document, with_store):
+    with tempfile.TemporaryDirectory() as folder:
+        save_dir = Path(folder) / "tuned"
+        save_dir.mkdir()
+        (save_dir / "summary.json").write_text(json.dumps(document))
+        if with_store:
+            lines = (EXAMPLE_DIR / "measurements.jsonl").read_text().splitlines(keepends=True)
+            (save_dir / "measurements.jsonl").write_text("".join(lines[:150]))
+        code, out, err, seconds = run_cli("report", save_dir, "--json")
+        assert seconds < TIME_LIMIT_S and "Traceback" not in err
+        if code == 0:
+            assert json.loads(out)["shapes"]
+            assert all(line.startswith("Note: ") for line in lines_of(err)), err
+        else:
+            assert code == 1, err
+            assert lines_of(err)[-1].startswith("Error: "), err
+
+
+class _Hung(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _alarm(seconds):
+    """Raise `_Hung` in the main thread after `seconds`: a blocked open() of a FIFO fails the
+    test instead of hanging it."""
+    import signal
+
+    def hung(signum, frame):
+        raise _Hung(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _special(kind, path):
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "dangling link":
+        path.symlink_to(path.with_name("absent"))
+    else:  # a link to a character device
+        path.symlink_to(kind)
+
+
+SPECIAL_KINDS = ["fifo", "folder", "dangling link", "/dev/null", "/dev/zero"]
+READERS = {
+    "--model": lambda p: ["extract", "--model", p],
+    "--mappings": lambda p: ["extract", "--model", QWEN3, "--mappings", p],
+    "validate": lambda p: ["validate", p],
+    "--space": lambda p: ["tune", "--model", QWEN3, "--dry-run", "--space", p, "--save-dir",
+                          p.with_name("out")],
+    "benchmark --config": lambda p: ["benchmark", "--model", QWEN3, "--dry-run", "--config", p],
+}  # fmt: skip
+
+
+@SETTINGS
+@given(st.sampled_from(SPECIAL_KINDS), st.sampled_from(sorted(READERS)))
+def test_special_files_as_inputs_are_refused_at_once(kind, reader):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ("config.json" if reader == "--model" else "input.yaml")
+        _special(kind, path)
+        with _alarm(TIME_LIMIT_S):
+            code, out, err, seconds = run_cli(*READERS[reader](path))
+        assert seconds < TIME_LIMIT_S and "Traceback" not in err
+        if reader == "validate" and code == 1:  # each problem listed, then a count
+            assert lines_of(err)[-1] == f"Error: {path}: 1 problem", err
+        else:
+            assert_clean_failure(code, out, err, seconds)
+        assert "unexpected" not in err

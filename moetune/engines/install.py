@@ -143,6 +143,11 @@ def install_files(
     plan = []
     for source in files:
         dest = target.folder / Path(source).name
+        if dest.is_symlink() and not dest.exists():
+            raise InstallError(
+                f"{dest} is a dangling symlink (to {os.readlink(dest)}); moetune does not "
+                "replace it unasked: remove it, or point it at a file, and rerun"
+            )
         try:
             new = Path(source).read_text()
             old = existing_bytes(dest)

@@ -34,6 +34,7 @@ from moetune.engines.formats import (
     format_of_table,
 )
 from moetune.errors import MoetuneError
+from moetune.fileio import read_input_bytes
 
 # The schema definitions of tables that open with the version key.
 _VERSIONED = {
@@ -211,7 +212,7 @@ def read_table(
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_input_bytes(path)
     except OSError as exc:
         raise TunedConfigError(
             f"{path}: cannot read a tuned config: {exc.strerror or exc}"

@@ -40,6 +40,7 @@ from moetune.engines.tables import (
     read_table,
 )
 from moetune.errors import MoetuneError, TuneError
+from moetune.fileio import read_input_bytes
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
 
@@ -255,7 +256,7 @@ def validate_tuned_config(
     else:
         label = name or str(path_or_payload)
         try:
-            payload = parse_json(Path(path_or_payload).read_bytes(), label)
+            payload = parse_json(read_input_bytes(path_or_payload), label)
         except OSError as exc:
             raise TuneError(f"{label}: cannot read a tuned config: {exc.strerror or exc}") from None
         except TunedConfigError as exc:

@@ -12,18 +12,22 @@ built-in one) or, with `replace=True`, used alone. The value rules (`parameters`
 see `moetune.extract.rules`) always come from the built-in file: a user's file
 may repeat them but not change them.
 
-A mappings file is plain YAML without anchors or aliases (an alias can expand
-a small file into billions of nodes), UTF-8 encoded.
+A mappings file is a regular file of at most `MAPPINGS_FILE_LIMIT` bytes, plain
+YAML without anchors or aliases (an alias can expand a small file into billions
+of nodes), UTF-8 encoded.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import gc
 import json
 import logging
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -34,11 +38,15 @@ import yaml
 from moetune.errors import InvalidMappingsError, UnknownArchitectureError
 from moetune.extract.paths import parse_path
 from moetune.extract.rules import Rule, show, value_problem
+from moetune.fileio import read_input_bytes
 
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "MOETUNE_MAPPINGS"
 REQUIRED_PARAMS = ("num_experts", "top_k", "intermediate_size", "hidden_size")
+# The largest mappings file read: 400 times the built-in one (about 30,000 entries, validated
+# in a few seconds); a larger one is refused at once.
+MAPPINGS_FILE_LIMIT = 8 << 20
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -246,10 +254,71 @@ def _first_line(text: str) -> str:
 
 def _anchor_line(text: str) -> int | None:
     """The 1-based line of the first YAML anchor or alias in `text`, or None."""
+    if "&" not in text and "*" not in text:  # an anchor needs a '&', an alias a '*'
+        return None
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             return event.start_mark.line + 1
     return None
+
+
+class PlainYamlError(ValueError):
+    """Why a text is not one plain YAML document: the `problem`, its 1-based `line` (or
+    None), and whether it is an anchor or alias (`alias`)."""
+
+    def __init__(self, problem: str, line: int | None = None, *, alias: bool = False) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+        self.alias = alias
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a document's many small objects are built: the
+    collector's passes over them made a 200,000-entry file several times slower to read."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse_plain_yaml(text: str) -> tuple[Any, Any]:
+    """(node tree, data) of a YAML document without anchors or aliases (an alias can expand
+    a small file into billions of nodes); the node tree gives line numbers.
+
+    libyaml (when PyYAML has it) bounds the nesting depth; any problem, a deep nesting
+    included, is one `PlainYamlError`. Used for mappings files and --space files alike.
+    """
+    with _gc_paused():
+        try:
+            line = _anchor_line(text)
+            if line is not None:
+                raise PlainYamlError("YAML anchors and aliases are not allowed", line, alias=True)
+            loader = _LOADER(text)
+            try:
+                node = loader.get_single_node()
+                data = loader.construct_document(node) if node is not None else None
+            finally:
+                loader.dispose()
+        except PlainYamlError:
+            raise
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+            line = mark.line + 1 if mark is not None else None
+            raise PlainYamlError(f"malformed YAML ({problem})", line) from None
+        except yaml.YAMLError as exc:
+            raise PlainYamlError(f"malformed YAML ({_first_line(str(exc))})") from None
+        except RecursionError:
+            raise PlainYamlError("malformed YAML (nested too deeply)") from None
+        except ValueError as exc:  # a constructor's: an over-long integer, a bad date
+            reason = _first_line(str(exc)).split(";")[0]
+            raise PlainYamlError(f"malformed YAML (a value cannot be read: {reason})") from None
+    return node, data
 
 
 def _read(path: str) -> tuple[Any, Any, list[str]]:
@@ -259,8 +328,7 @@ def _read(path: str) -> tuple[Any, Any, list[str]]:
         return None, None, [problem]
 
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        raw = read_input_bytes(path, MAPPINGS_FILE_LIMIT)
     except OSError as exc:
         return failed(f"{path}: cannot read mappings file ({exc.strerror or exc})")
     try:
@@ -271,31 +339,20 @@ def _read(path: str) -> tuple[Any, Any, list[str]]:
             "save the mappings file as UTF-8"
         )
     try:
-        line = _anchor_line(text)
-        if line is not None:
+        node, data = parse_plain_yaml(text)
+    except PlainYamlError as exc:
+        where = f"{path}, line {exc.line}" if exc.line is not None else path
+        if exc.alias:
             return failed(
-                f"{path}, line {line}: YAML anchors and aliases are not allowed in a mappings "
+                f"{where}: YAML anchors and aliases are not allowed in a mappings "
                 "file (an alias can expand without bound); write the values out"
             )
-        loader = _LOADER(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f", line {mark.line + 1}" if mark is not None else ""
-        problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        return failed(f"{path}{where}: malformed YAML ({problem})")
-    except yaml.YAMLError as exc:
-        return failed(f"{path}: malformed YAML ({_first_line(str(exc))})")
+        return failed(f"{where}: {exc.problem}")
+    try:
+        duplicates = _duplicate_keys(node)
     except RecursionError:
         return failed(f"{path}: malformed YAML (nested too deeply)")
-    except ValueError as exc:  # a constructor's: an over-long integer, a bad date
-        reason = _first_line(str(exc)).split(";")[0]
-        return failed(f"{path}: malformed YAML (a value cannot be read: {reason})")
-    return node, data, [f"{path}, {problem}" for problem in _duplicate_keys(node)]
+    return node, data, [f"{path}, {problem}" for problem in duplicates]
 
 
 def _duplicate_keys(node: Any) -> list[str]:
@@ -364,12 +421,93 @@ def _most_specific(error: Any) -> Any:
     return error
 
 
+@lru_cache(maxsize=1)
+def _entry_validator() -> Any:
+    """The schema's `entry` definition on its own, to validate one entry at a time."""
+    from jsonschema import Draft202012Validator
+
+    schema = _validator().schema
+    return Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/entry"})
+
+
+@lru_cache(maxsize=1)
+def _patterns() -> tuple[Any, Any]:
+    """The schema's patterns of an entry name and of a path, as jsonschema applies them."""
+    definitions = _validator().schema["$defs"]
+    name = definitions["entry"]["properties"]["name"]["pattern"]
+    return re.compile(name).search, re.compile(definitions["path"]["pattern"]).search
+
+
+def _abstract(value: Any, kind: Any) -> Any:
+    """`value` with each string replaced by `kind(string)`; keys and structure kept."""
+    if isinstance(value, str):
+        return kind(value)
+    if isinstance(value, list):
+        return [_abstract(item, kind) for item in value]
+    if isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            raise TypeError("a key that is not a string")
+        return {key: _abstract(item, kind) for key, item in value.items()}
+    return value
+
+
+def _entry_shape(entry: Any) -> str | None:
+    """What the schema can tell apart in an entry, as a string (None: not worked out).
+
+    Two entries of the same shape are both valid or both not: a name that fits the name
+    pattern, a non-empty architecture or model type, free text and a path that fits the
+    path pattern each stand for their kind, and keys the schema leaves free are dropped.
+    So a file of 200,000 entries of a few shapes is validated in a few schema calls.
+    """
+    if not isinstance(entry, dict):
+        return None
+    name_ok, path_ok = _patterns()
+    shape: dict[str, Any] = {}
+    try:
+        for key, value in entry.items():
+            if key == "name":
+                shape[key] = "name" if isinstance(value, str) and name_ok(value) else value
+            elif key in ("description", "notes"):
+                shape[key] = "text" if isinstance(value, str) else value
+            elif key in ("architectures", "model_types"):
+                shape[key] = _abstract(value, lambda text: "name" if text else text)
+            elif key in ("text_config", "params"):
+                shape[key] = _abstract(value, lambda text: "path" if path_ok(text) else text)
+            elif key == "fallback":
+                shape[key] = value
+            elif not isinstance(key, str):
+                return None
+        return json.dumps(shape, sort_keys=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _schema_errors(data: Any) -> Iterator[tuple[list[Any], Any]]:
+    """Each schema error with the location its paths are relative to: the document's top
+    level, then each entry, one entry of each shape only (`_entry_shape`)."""
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        yield from (([], error) for error in _validator().iter_errors(data))
+        return
+    yield from (([], error) for error in _validator().iter_errors({**data, "entries": []}))
+    valid: set[str] = set()
+    for index, entry in enumerate(entries):
+        shape = _entry_shape(entry)
+        if shape is not None and shape in valid:
+            continue
+        errors = list(_entry_validator().iter_errors(entry))
+        if not errors and shape is not None:
+            valid.add(shape)
+        yield from ((["entries", index], error) for error in errors)
+
+
 def _schema_problems(path: str, node: Any, data: Any) -> list[str]:
     """Schema violations as 'FILE, line N: entry X, field Y: expected ..., got ...', by line."""
     problems = []
     reported: set[tuple[Any, ...]] = set()  # missing fields already named
-    for error in map(_most_specific, _validator().iter_errors(data)):
-        location = list(error.absolute_path)
+    for prefix, found in _schema_errors(data):
+        error = _most_specific(found)
+        location = [*prefix, *error.absolute_path]
         line = _line_of(node, location)
         if error.validator == "required":
             # jsonschema reports a `required` list once per missing name: name each once.
@@ -527,6 +665,11 @@ def _parse(path: str, node: Any, data: dict[str, Any]) -> tuple[MappingsFile, li
 
 
 def _check(path: str) -> tuple[MappingsFile | None, list[str]]:
+    with _gc_paused():
+        return _check_file(path)
+
+
+def _check_file(path: str) -> tuple[MappingsFile | None, list[str]]:
     node, data, problems = _read(path)
     if problems:
         return None, problems

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from moetune.errors import ConfigSourceError
+from moetune.fileio import read_input_text
 
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
 CONFIG_NAME = "config.json"
@@ -98,7 +99,7 @@ def catalog_models() -> list[str]:
 def read_json_file(path: Path) -> dict[str, Any]:
     """Parse a JSON object from `path`; any problem is a one-line `ConfigSourceError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input_text(path)
     except UnicodeDecodeError:
         raise ConfigSourceError(f"{path} is not UTF-8 text") from None
     except OSError as exc:
@@ -118,6 +119,16 @@ def read_json_file(path: Path) -> dict[str, Any]:
         raise ConfigSourceError(f"malformed JSON in {path}: {reason}") from None
     if not isinstance(data, dict):
         raise ConfigSourceError(f"{path} holds a JSON {type(data).__name__}, not a config object")
+    if "\\u" in text:  # JSON's escapes can write a lone surrogate, which no output can print
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigSourceError(
+                f"{path}: a string holds {ascii(exc.object[exc.start])[1:-1]}, a lone "
+                "surrogate: not valid Unicode"
+            ) from None
+        except RecursionError:  # as deep as json.loads reads: no string to check is lost
+            pass
     return data
 
 
@@ -131,7 +142,7 @@ def _looks_like_path(model: str) -> bool:
 
 def _load_local(path: Path) -> LoadedConfig:
     file = path / CONFIG_NAME if path.is_dir() else path
-    if path.is_dir() and not file.is_file():
+    if path.is_dir() and not file.exists():  # one that is there but no file is refused below
         raise ConfigSourceError(f"{path} is a directory without a {CONFIG_NAME}")
     return LoadedConfig(read_json_file(file), f"local file {file}", str(file))
 

@@ -340,12 +340,20 @@ def short_names(dirs: Sequence[Path]) -> list[str]:
 def load_save_dir(path: Path, name: str, diagnostics: list[str]) -> list[ShapeReport]:
     """Every shape of one save dir: from summary.json, else rebuilt (module docstring)."""
     store = _load_store(path, diagnostics)
+    unreadable = ""
     try:
         entries = read_summary_file(path)
     except SummaryFileError as exc:
         diagnostics.append(f"{exc}; rebuilding from the store")
-        entries = []
-    shapes = [_from_summary(path, name, entry, store) for entry in entries]
+        unreadable, entries = f" ({exc})", []
+    shapes = []
+    for index, entry in enumerate(entries, start=1):
+        problem = summary_entry_problem(entry)
+        if problem is None:
+            shapes.append(_from_summary(path, name, entry, store))
+        else:
+            where = f"{path / SUMMARY_FILENAME}: shape {index}"
+            diagnostics.append(f"{where}: {problem}; rebuilding it from the store")
     done = {(s.problem_key, s.device_name, s.triton_version) for s in shapes}
     keys = dict.fromkeys(
         (m.problem_key, m.device_name, m.triton_version)
@@ -358,7 +366,9 @@ def load_save_dir(path: Path, name: str, diagnostics: list[str]) -> list[ShapeRe
             if shape is not None:
                 shapes.append(shape)
     if not shapes:
-        raise ReportError(f"{path}: the results store holds no finished timing to report")
+        raise ReportError(
+            f"{path}: the results store holds no finished timing to report{unreadable}"
+        )
     return shapes
 
 
@@ -388,6 +398,137 @@ def _counts(store: ResultStore | None, key: tuple[str, str, str]) -> dict[str, i
         else:
             counts[m.fidelity] += 1
     return counts
+
+
+def _text(value: Any) -> bool:
+    """A string that can be printed: valid Unicode (JSON's escapes can write a lone surrogate)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _number(value: Any) -> bool:
+    """A finite number >= 0 (a time, a bandwidth); not a boolean."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(_text(item) for item in value)
+
+
+def _shown(value: Any) -> str:
+    return ascii(value) if len(ascii(value)) <= 60 else ascii(value)[:57] + "..."
+
+
+def _problem(checks: list[tuple[str, Any, Any, str]]) -> str | None:
+    """The first failing (field, value, test, expected) as one line, or None."""
+    for field_name, value, test, expected in checks:
+        if not test(value):
+            return f"{field_name} is {_shown(value)}, expected {expected}"
+    return None
+
+
+def _optional(test: Any) -> Any:
+    return lambda value: value is None or test(value)
+
+
+def _config(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        _text(key) and isinstance(item, int) and not isinstance(item, bool)
+        for key, item in value.items()
+    )
+
+
+def _baseline_times(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        _text(key)
+        and (
+            item is None or (isinstance(item, dict) and _optional(_number)(item.get("latency_us")))
+        )
+        for key, item in value.items()
+    )
+
+
+def summary_entry_problem(entry: Any) -> str | None:
+    """What makes one summary.json entry unreadable to the report, in one line (None: it
+    is readable). Only the fields the report reads are checked; others are left alone."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
+        return "no plan"
+    plan = entry["plan"]
+    checks = [(f"plan.{key}", plan.get(key), _text, "a string") for key in _PLAN_KEYS]
+    checks += [
+        ("results", entry.get("results", []), lambda v: isinstance(v, list), "a list"),
+        ("baselines", entry.get("baselines", []), lambda v: isinstance(v, list), "a list"),
+        ("files", entry.get("files", []), _texts, "a list of strings"),
+        ("engines", entry.get("engines"), _optional(_texts), "a list of strings"),
+        ("notes", entry.get("notes", []), _texts, "a list of strings"),
+        ("ceilings", entry.get("ceilings"), _optional(_ceilings), "the GPU's measured ceilings"),
+    ]
+    problem = _problem(checks)
+    if problem is not None:
+        return problem
+    for number, baseline in enumerate(entry.get("baselines", []), start=1):
+        fields = [(f"baselines[{number}]", baseline, lambda v: isinstance(v, dict), "an object")]
+        if isinstance(baseline, dict):
+            fields += [
+                (f"baselines[{number}].{key}", baseline.get(key), _text, "a string")
+                for key in ("key", "label", "source")
+            ]
+        problem = _problem(fields)
+        if problem is not None:
+            return problem
+    for number, result in enumerate(entry.get("results", []), start=1):
+        where = f"results[{number}]"
+        if not isinstance(result, dict):
+            return f"{where} is {_shown(result)}, expected an object"
+        problem = _problem(
+            [
+                (f"{where}.batch_size", result.get("batch_size"), _batch_size, "an integer >= 1"),
+                (f"{where}.config", result.get("config"), _optional(_config), "a config"),
+                (
+                    f"{where}.latency_us",
+                    result.get("latency_us"),
+                    _optional(_number),
+                    "a number >= 0 or null",
+                ),
+                (
+                    f"{where}.baselines",
+                    result.get("baselines"),
+                    _optional(_baseline_times),
+                    "an object of baseline times",
+                ),
+                (f"{where}.floor_us", result.get("floor_us"), _optional(_number), "a number >= 0"),
+            ]
+        )
+        if problem is not None:
+            return problem
+    return None
+
+
+_PLAN_KEYS = ("problem", "device_name", "triton_version")
+
+
+def _batch_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _ceilings(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and _number(value.get("read_bandwidth_tb_s"))
+        and _number(value.get("peak_tflops"))
+        and _text(value.get("bandwidth_source"))
+        and _text(value.get("peak_source"))
+    )
 
 
 def _floor_line(ceilings: dict[str, Any] | None) -> str | None:

@@ -1,7 +1,7 @@
 """The report as one self-contained HTML page, its plots embedded, and the plots as PNG files.
 
 `write_report` writes ``index.html`` and one PNG per plot into the output
-folder (atomically, `moetune.fileio`); the page embeds each PNG as a data URI,
+folder (atomically, `moetune.fileio`; never through a symlink); the page embeds each PNG as a data URI,
 so it stands alone when copied elsewhere. Table cells carry their unrounded
 value in ``data-value`` for scripts that read the page.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from moetune.engines.formats import engine_label
 from moetune.fileio import atomic_write_bytes, atomic_write_text
 from moetune.report import plots
-from moetune.report.data import Comparison, Report, ShapeReport
+from moetune.report.data import Comparison, Report, ReportError, ShapeReport
 from moetune.report.text import config_text, headline, origin_line, percent, times, us
 
 PAGE_NAME = "index.html"
@@ -90,6 +90,7 @@ def write_report(report: Report, output: Path) -> Written:
     Plots that cannot be made (matplotlib missing, or failing) leave the tables alone.
     """
     written = Written(output / PAGE_NAME)
+    _refuse_links(output)
     try:
         made = make_plots(report)
     except Exception as exc:  # noqa: BLE001 - the tables must not be lost to a plotting failure
@@ -98,10 +99,23 @@ def write_report(report: Report, output: Path) -> Written:
         written.skipped = f"no plots: matplotlib failed ({type(exc).__name__}: {first})"
     if not plots.available():
         written.skipped = plots.MISSING_LINE
+    targets = [output / plot.file_name for section in made.values() for plot in section]
+    for target in [written.page, *targets]:
+        _refuse_links(target)
     for plot in (plot for section in made.values() for plot in section):
         written.plots.append(atomic_write_bytes(output / plot.file_name, plot.png))
     atomic_write_text(written.page, render_page(report, made, written.skipped))
     return written
+
+
+def _refuse_links(path: Path) -> None:
+    """Refuse to write through a symlink: a linked report folder (or page, or plot) would
+    have the report replace files outside the folder named, as the store refuses too."""
+    if path.is_symlink():
+        raise ReportError(
+            f"{path} is a symlink; moetune does not write through it (it would replace files "
+            "where it points): remove it, or pass --output with a folder of your own"
+        )
 
 
 def _cell(text: str, value: float | None = None, column: str = "") -> str:

@@ -223,6 +223,11 @@ def _checked(name: str, value: Any) -> Any:
     if name in _TEXTS or name == "moetune_version":
         if not isinstance(value, str):
             raise BadRow(f"{name} must be a string, got {value!r:.80}")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # JSON's \ud800 escape: no text to print or write
+                raise BadRow(f"{name} is not valid Unicode, got {value!r:.80}") from None
     elif name == "error":
         if value is not None and not isinstance(value, str):
             raise BadRow(f"error must be a string or null, got {value!r:.80}")
@@ -301,14 +306,17 @@ def _refuse_links(path: Path, what: str = "the results store") -> None:
 class ResultStore:
     """Append-only JSON Lines file of `Measurement`s, indexed in memory by key.
 
-    `path` is the file, or a directory (then ``measurements.jsonl`` inside it).
+    `path` is the file, or a directory (then ``measurements.jsonl`` inside it); a path
+    named ``measurements.jsonl`` is always the file, so a directory of that name is
+    refused, not given a store nested inside it.
     The file and its folder are created on the first `add`. `skipped` lists the
     line numbers that held no measurement (they stay in the file).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         target = Path(path)
-        self.path = target / STORE_FILENAME if target.is_dir() else target
+        nested = target.is_dir() and target.name != STORE_FILENAME
+        self.path = target / STORE_FILENAME if nested else target
         self.lock_path = Path(str(self.path) + ".lock")
         self._rows: list[Measurement] = []
         self._index: dict[StoreKey, Measurement] = {}

@@ -25,7 +25,7 @@ from filelock import FileLock
 
 from moetune import __version__
 from moetune.errors import MoetuneError
-from moetune.fileio import atomic_write_json
+from moetune.fileio import atomic_write_json, read_input_text
 
 SUMMARY_FILENAME = "summary.json"
 FORMAT = "moetune-tune-summary"
@@ -70,15 +70,21 @@ def read_summary_file(save_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
     path = Path(save_dir) / SUMMARY_FILENAME
     try:
-        text = path.read_text()
+        text = read_input_text(path)
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError:
+        raise SummaryFileError(f"{path} is not UTF-8 text") from None
     except OSError as exc:
         raise SummaryFileError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SummaryFileError(f"{path} is not valid JSON: {exc}") from None
+    except (RecursionError, ValueError):  # nested too deeply, an over-long integer
+        raise SummaryFileError(
+            f"{path} is not valid JSON (nested too deeply or a huge number)"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SummaryFileError(f"{path} is not a moetune tune summary (no format {FORMAT!r})")
     if data.get("version") != FORMAT_VERSION:

@@ -91,6 +91,7 @@ from moetune.dtypes import quant_details
 from moetune.engines.launch import KernelRef, kernel_for
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
+from moetune.fileio import open_input
 from moetune.tune.measure.measurer import Backend
 from moetune.tune.output import ENGINES, skipped_engines
 from moetune.tune.problem import TuneProblem
@@ -673,8 +674,10 @@ def sweep_summary_json(result: SweepSummary) -> dict[str, Any]:
 
 
 def _count_lines(path: Path) -> int:
+    """Lines in the store; 0 when it cannot be read (no FIFO read: the store refuses it)."""
     try:
-        return path.read_bytes().count(b"\n")
+        with open_input(path, limit=None) as handle:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
     except OSError:
         return 0
 

@@ -162,3 +162,18 @@ def test_a_folder_in_the_way_is_a_one_line_error(tmp_path):
         InstallError, match=f"cannot install {target.folder / NAME}: Is a directory"
     ):
         install_files(target, [tuned(tmp_path)], overwrite=True)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_dangling_symlink_target_is_refused_not_replaced(tmp_path, overwrite):
+    target = install_target("vllm", "3.6.0", tmp_path / "engine", env={})
+    target.folder.mkdir(parents=True)
+    link = target.folder / NAME
+    link.symlink_to(tmp_path / "gone.json")
+    with pytest.raises(InstallError) as info:
+        install_files(target, [tuned(tmp_path)], overwrite=overwrite)
+    assert str(info.value) == (
+        f"{link} is a dangling symlink (to {tmp_path / 'gone.json'}); moetune does not replace "
+        "it unasked: remove it, or point it at a file, and rerun"
+    )
+    assert link.is_symlink() and not (tmp_path / "gone.json").exists()

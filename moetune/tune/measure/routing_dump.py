@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from moetune.errors import TuneError
+from moetune.fileio import open_input
 
 SGLANG_FILE = re.compile(r"^topk_ids_layer(\d+)_idx(\d+)\.pt$")
 UNIFORM = "uniform"
@@ -77,21 +78,22 @@ def _to_numpy(value: Any, label: str) -> Any:
 
 def _load_file(path: Path) -> Any:
     label = str(path)
+    if path.suffix not in (".npy", ".pt"):
+        raise TuneError(f"{label}: a routing dump is a .pt or .npy file, or a folder of .pt files")
     try:
-        if path.suffix == ".npy":
-            import numpy as np
+        handle = open_input(path, limit=None)  # a dump may be large; never a FIFO or a device
+    except OSError as exc:
+        raise TuneError(f"{label}: cannot read a routing dump: {exc.strerror or exc}") from None
+    try:
+        with handle:
+            if path.suffix == ".npy":
+                import numpy as np
 
-            value = np.load(path, allow_pickle=False)
-        elif path.suffix == ".pt":
-            import torch
+                value = np.load(handle, allow_pickle=False)
+            else:
+                import torch
 
-            value = torch.load(path, map_location="cpu", weights_only=True)
-        else:
-            raise TuneError(
-                f"{label}: a routing dump is a .pt or .npy file, or a folder of .pt files"
-            )
-    except TuneError:
-        raise
+                value = torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is one line
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise TuneError(

@@ -28,16 +28,21 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moetune.device import DeviceLimits
 from moetune.dtypes import DTYPES
 from moetune.engines.lookup import ENGINE_BATCH_SIZES
 from moetune.errors import TuneError
+from moetune.extract.mappings import PlainYamlError, parse_plain_yaml
+from moetune.fileio import read_input_text
 from moetune.kernel.config import CONFIG_KEYS, SWAP_AB_BLOCK_M, Candidate
 from moetune.tune.problem import TuneProblem
 
 PARAM_NAMES = CONFIG_KEYS  # the engines' six keys, in their order
+# The most a --space file may hold: its size, the configs it lists, the candidates its grid
+# spans (the default grid: 1,920). Each config of a list is schema-checked: 10,000 take 2 s.
+SPACE_FILE_LIMIT = 1 << 20
+MAX_SPACE_CONFIGS = 10_000
+MAX_SPACE_CANDIDATES = 100_000
 
 # The grid vLLM's benchmark_moe.py and SGLang's tuning_fused_moe_triton.py sweep on CUDA.
 DEFAULT_VALUES: dict[str, tuple[int, ...]] = {
@@ -77,18 +82,9 @@ def load_space(path: str | Path) -> list[Candidate]:
     is one value, its place (see docs/search-space.md).
     """
     source = Path(path)
+    data = _read_space_file(source)
     try:
-        text = source.read_text()
-    except OSError as exc:
-        raise TuneError(f"cannot read search space {source}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text) if source.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        detail = str(exc).splitlines()[0]
-        raise TuneError(
-            f"search space {source} is not valid {source.suffix[1:] or 'YAML'}: {detail}"
-        ) from None
-    try:
+        _check_space_size(data)
         _check_space_schema(data)
         candidates = _space_from_data(data)
     except TuneError as exc:
@@ -96,6 +92,65 @@ def load_space(path: str | Path) -> list[Candidate]:
     if not candidates:
         raise TuneError(f"search space {source} holds no candidates")
     return candidates
+
+
+def _read_space_file(source: Path) -> Any:
+    """The data of a --space file: a regular file of at most `SPACE_FILE_LIMIT` bytes, JSON
+    or plain YAML (no anchors or aliases: one can expand a small file without bound)."""
+    try:
+        text = read_input_text(source, SPACE_FILE_LIMIT)
+    except UnicodeDecodeError:
+        raise TuneError(f"search space {source} is not UTF-8 text") from None
+    except OSError as exc:
+        raise TuneError(f"cannot read search space {source}: {exc.strerror or exc}") from None
+    language = source.suffix[1:] or "YAML"
+    try:
+        if source.suffix == ".json":
+            return json.loads(text)
+        return parse_plain_yaml(text)[1]
+    except PlainYamlError as exc:
+        where = f"search space {source}" + (f", line {exc.line}" if exc.line else "")
+        if exc.alias:
+            raise TuneError(
+                f"{where}: YAML anchors and aliases are not allowed in a search space "
+                "(an alias can expand without bound); write the values out"
+            ) from None
+        raise TuneError(f"{where} is not valid {language}: {exc.problem}") from None
+    except RecursionError:
+        raise TuneError(
+            f"search space {source} is not valid {language}: nested too deeply"
+        ) from None
+    except ValueError as exc:  # invalid JSON, or an integer with too many digits
+        detail = str(exc).splitlines()[0].split(";")[0]
+        raise TuneError(f"search space {source} is not valid {language}: {detail}") from None
+
+
+def _check_space_size(data: Any) -> None:
+    """At most `MAX_SPACE_CONFIGS` configs in a list and `MAX_SPACE_CANDIDATES` in a grid,
+    checked before the list is validated or the grid built (a grid of every GROUP_SIZE_M
+    and num_stages is 94 million)."""
+    if isinstance(data, list):
+        count, bound, what = len(data), MAX_SPACE_CONFIGS, "a list of"
+    elif isinstance(data, dict):
+        count, bound, what = 1, MAX_SPACE_CANDIDATES, "a grid of"
+        for name in PARAM_NAMES:
+            given = data.get(name, DEFAULT_VALUES[name])
+            count *= len(set(given)) if isinstance(given, (list, tuple)) and _hashable(given) else 1
+    else:
+        return
+    if count > bound:
+        raise TuneError(
+            f"{what} {count:,} configs, more than the {bound:,} a search space "
+            "may hold (the default grid has 1,920); narrow it (see docs/search-space.md)"
+        )
+
+
+def _hashable(values: list[Any]) -> bool:
+    try:
+        set(values)
+    except TypeError:
+        return False
+    return True
 
 
 def _check_space_schema(data: Any) -> None:
