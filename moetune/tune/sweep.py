@@ -569,7 +569,7 @@ def sweep_lines(sweep: SweepPlan, compare: Callable[[TunePlan], str] | None = No
         if index is None:
             lines.append(f"  {layout.label():<{width}}  skipped: {reason[layout]}")
         else:
-            key = sweep.groups[index].problem.key()
+            key = sweep.groups[index].problem.shape_key()
             lines.append(f"  {layout.label():<{width}}  -> shape {numbers[index]}: {key}")
     lines.append(_estimate_line(None, sweep.estimate_s(), " in all"))
     lines.append(f"Results:     {sweep.store_path} (one resumable store for every shape)")
