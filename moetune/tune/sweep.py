@@ -486,7 +486,7 @@ def plan_sweep(
                 SkippedLayout(
                     layout,
                     f"its files have the same names as {clash.labels()[0]}'s "
-                    f"({clash.problem.key()}); tune it with another --save-dir",
+                    f"({clash.problem.shape_key()}); tune it with another --save-dir",
                 )
                 for layout in group.layouts
             )
@@ -620,7 +620,7 @@ def sweep_json(sweep: SweepPlan) -> dict[str, Any]:
         layouts.append(
             {
                 **_layout_json(layout),
-                "shape": None if index is None else sweep.groups[index].problem.key(),
+                "shape": None if index is None else sweep.groups[index].problem.shape_key(),
                 "skipped": reason.get(layout),
             }
         )
