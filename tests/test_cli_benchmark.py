@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_FILE = ROOT / "bench" / "vllm_configs" / "E=128,N=768,device_name=NVIDIA_H200.json"
 
@@ -162,3 +164,122 @@ def test_repeat_times_interleaved_rounds_and_reports_intervals(tmp_path):
     table = moetune(args, tmp_path, TRITON_INTERPRET="1")
     assert table.returncode == 0, table.stderr
     assert "median us of 3 interleaved rounds" in table.stdout
+
+
+STAND_IN_KERNEL = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fused_moe_kernel(a_ptr, BLOCK_SIZE_M: tl.constexpr):
+    pass
+"""
+
+
+@pytest.mark.parametrize("repeat", [1, 3])
+def test_each_engines_files_are_timed_on_that_engines_own_kernel(tmp_path, monkeypatch, repeat):
+    """--engine both --kernel auto with both engines installed: vLLM's fallback and file on
+    vLLM's kernel, SGLang's on SGLang's, as `tune` does; each speedup on its own kernel,
+    with one timing or with --repeat's interleaved rounds."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from moetune.cli import cli
+    from moetune.engines import launch
+    from moetune.tune.measure import worker
+    from moetune.tune.measure.timing import Outcome
+
+    source = tmp_path / "fused_moe.py"
+    source.write_text(STAND_IN_KERNEL)
+    releases = {"vllm": "0.33.0", "sglang": "0.5.23"}
+
+    def both_installed(engine):
+        return SimpleNamespace(
+            version=releases[engine], release=releases[engine], kernel_source=source, root="/x"
+        )
+
+    resolve = launch.benchmark_kernel
+    # The stand-in kernel is no release's: its interface is taken as the one each launch
+    # was written for (the interface check has its own tests).
+    monkeypatch.setattr(launch, "interface_change_at", lambda module, source: None)
+    monkeypatch.setattr(
+        launch,
+        "benchmark_kernel",
+        lambda choice, engines, find=None: resolve(choice, engines, both_installed),
+    )
+    timed = []  # (kernel engine, batch size, candidate)
+
+    class KernelPool:
+        """Times a candidate at 10 us on vLLM's kernel, 20 us on SGLang's."""
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def run(self, units):
+            for unit in units:
+                engine = unit.problem.kernel.engine
+                assert not unit.problem.kernel.twin
+                for candidate in unit.candidates:
+                    if unit.mode in ("full", "confirm"):
+                        timed.append((engine, unit.batch_size, candidate))
+                    latency = 10.0 if engine == "vllm" else 20.0
+                    yield unit, Outcome(candidate, "ok", latency, latency, latency)
+
+    monkeypatch.setattr(worker, "WorkerPool", KernelPool)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.chdir(tmp_path)
+    row = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+    vllm_file = tmp_path / "E=8,N=64,device_name=NVIDIA_H200.json"
+    vllm_file.write_text(
+        json.dumps({"triton_version": "3.6.0", "2": {**row, "num_warps": 4, "num_stages": 2}})
+    )
+    sglang_dir = tmp_path / "triton_3_6_0"
+    sglang_dir.mkdir()
+    sglang_file = sglang_dir / vllm_file.name
+    sglang_file.write_text(json.dumps({"2": {**row, "num_warps": 8, "num_stages": 3}}))
+    config = {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 8,
+        "num_experts_per_tok": 2, "intermediate_size": 64, "hidden_size": 128,
+        "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    args = ["benchmark", "-m", "./config.json", "--batch-size", "2", "--engine", "both"]
+    args += ["--config", str(vllm_file), "--config", str(sglang_file), "--json"]
+    args += ["--repeat", str(repeat)]
+    monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["timed_on"] == {
+        "vllm_fallback": "vllm",
+        "sglang_fallback": "sglang",
+        str(vllm_file): "vllm",
+        str(sglang_file): "sglang",
+    }
+    kernels = {e: (k["engine"], k["version"], k["twin"]) for e, k in report["kernels"].items()}
+    assert kernels == {"vllm": ("vllm", "0.33.0", False), "sglang": ("sglang", "0.5.23", False)}
+    (results,) = report["results"]
+    assert results[str(vllm_file)]["latency_us"] == 10.0
+    assert results[str(sglang_file)]["latency_us"] == 20.0
+    assert results["sglang_fallback"]["latency_us"] == 20.0
+    if repeat > 1:  # the paired speedups, too, are over the same kernel's columns only
+        assert results[str(sglang_file)]["speedup"].keys() == {"sglang_fallback"}
+        assert results[str(sglang_file)]["ratio_to_reference"]["value"] == 1.0
+        assert len(timed) == 4 * repeat  # 2 columns on each kernel, once a round
+    # Each file against the fallbacks timed on its own kernel only.
+    assert report["geomean_speedup"] == {
+        str(vllm_file): {"vllm_fallback": 1.0},
+        str(sglang_file): {"sglang_fallback": 1.0},
+    }
+    on_sglang = {candidate for engine, _, candidate in timed if engine == "sglang"}
+    assert {c.num_warps for c in on_sglang} >= {8}  # SGLang's file, on SGLang's kernel
+    assert all(c.num_warps != 8 for engine, _, c in timed if engine == "vllm")

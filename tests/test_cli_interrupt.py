@@ -108,8 +108,11 @@ def test_signal_to_the_process_group_stops_the_tune_quietly(tmp_path, signum, co
     stderr = (tmp_path / "stderr").read_text()
     assert returncode == code, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    # Exactly one line from the interrupt, the last one; before it at most the progress bar.
-    lines = [line for line in stderr.splitlines() if line.strip()]
+    # First the plan's note of the fallback to the twin (no engine installed here), then
+    # exactly one line from the interrupt, the last one; between them at most the progress bar.
+    twin = "(moetune/kernel/fused_moe_kernel.py)\n"
+    assert stderr.startswith("Note: vLLM is not installed") and twin in stderr, stderr
+    lines = [line for line in stderr.split(twin, 1)[1].splitlines() if line.strip()]
     saved = stored_lines(store)
     assert lines[-1] == (
         f"{head}: {saved} measurement{'s' if saved != 1 else ''} saved in {store} "

@@ -50,17 +50,21 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
         + ["--save-dir", str(tmp_path), "--dry-run", "--json"],
     )
     plan = json.loads(as_json.stdout)
+    # Every store key names its kernel: here each engine's twin, by its files' digest.
     assert [shape["problem"] for shape in plan["shapes"]] == [
-        "E=4,N=32,K=64,topk=2,dtype=bf16",
-        "E=4,N=32,K=64,topk=2,dtype=bf16,kernel=moetune-sglang-0.5.23",
-        "E=2,N=32,K=64,topk=2,dtype=bf16",
-        "E=2,N=32,K=64,topk=2,dtype=bf16,kernel=moetune-sglang-0.5.23",
+        f"{shape['shape_key']},kernel={shape['kernel']['tag']}" for shape in plan["shapes"]
     ]
-    assert [shape["kernel"] and shape["kernel"]["engine"] for shape in plan["shapes"]] == [
-        None,
-        "sglang",
-        None,
-        "sglang",
+    assert [shape["shape_key"] for shape in plan["shapes"]] == [
+        "E=4,N=32,K=64,topk=2,dtype=bf16",
+        "E=4,N=32,K=64,topk=2,dtype=bf16",
+        "E=2,N=32,K=64,topk=2,dtype=bf16",
+        "E=2,N=32,K=64,topk=2,dtype=bf16",
+    ]
+    assert [(shape["kernel"]["engine"], shape["kernel"]["twin"]) for shape in plan["shapes"]] == [
+        ("vllm", True),
+        ("sglang", True),
+        ("vllm", True),
+        ("sglang", True),
     ]
     assert plan["shapes"][2]["layouts"] == ["TP2 EP bf16"]
     assert [entry["skipped"] is not None for entry in plan["layouts"]] == [False] * 2 + [True]
@@ -74,7 +78,8 @@ def test_single_layout_keeps_the_plain_plan_and_uses_moetune_results(tmp_path, m
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     save_dir = tmp_path / "moetune-results" / "tiny-moe"
-    assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
+    assert plan["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
+    assert plan["problem"].startswith(plan["shape_key"] + ",kernel=moetune-vllm-0.33.0@")
     assert plan["layouts"] == ["TP1 bf16"]  # auto, resolved
     assert plan["store"] == str(save_dir / STORE_FILENAME)
     assert plan["files"][0] == str(save_dir / "E=4,N=32,device_name=NVIDIA_H200.json")
@@ -109,6 +114,8 @@ def test_a_sweep_tunes_each_shape_once_and_says_which_layouts_each_file_serves(t
     assert served["E=4,N=32,device_name=NVIDIA_H200.json"] == ["TP1 bf16"]
     assert served["E=4,N=16,device_name=NVIDIA_H200.json"] == ["TP2 bf16"]
     assert len(summary["files"]) == 2  # one vLLM file per shape
-    keys = {m.problem_key for m in ResultStore(tmp_path / STORE_FILENAME).all()}
+    keys = {
+        m.problem_key.partition(",kernel=")[0] for m in ResultStore(tmp_path / STORE_FILENAME).all()
+    }
     assert keys == {"E=4,N=32,K=64,topk=2,dtype=bf16", "E=4,N=16,K=64,topk=2,dtype=bf16"}
     assert result.stderr.count("100%") == 1  # one progress bar, one ETA, for every shape

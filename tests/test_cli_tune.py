@@ -83,13 +83,22 @@ def test_dry_run_json(tmp_path):
     result = CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json", "--engine", "vllm"))
     assert result.exit_code == 0
     plan = json.loads(result.stdout)
-    assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
+    assert plan["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
+    assert plan["problem"] == plan["shape_key"] + ",kernel=" + plan["kernel"]["tag"]
     assert plan["pruning"]["2"]["kept"] == 3
     assert plan["files"] == [str(tmp_path / VLLM_NAME)]
     # Both engines, neither installed: a plan per engine, each on moetune's twin of its kernel.
     both = json.loads(CliRunner().invoke(cli, tune_args(tmp_path, "--dry-run", "--json")).stdout)
     vllm, sglang = both["shapes"]
-    assert vllm["kernel"] is None and vllm["files"] == plan["files"]
+    assert vllm["kernel"]["twin"] and vllm["kernel"]["engine"] == "vllm"
+    assert vllm["files"] == plan["files"]
+    # Each fallback to a twin is said, with why.
+    assert [note for note in both["notes"] if "is not installed" in note] == [
+        "vLLM is not installed in this Python environment: the vLLM file is timed on moetune's "
+        "twin of vLLM's kernel (moetune/kernel/fused_moe_kernel.py)",
+        "SGLang is not installed in this Python environment: the SGLang file is timed on "
+        "moetune's twin of SGLang's kernel (moetune/kernel/fused_moe_kernel_sglang.py)",
+    ]
     assert sglang["kernel"]["twin"] and sglang["kernel"]["engine"] == "sglang"
     assert sglang["seeded_from"] == vllm["problem"]  # a transfer search from vLLM's results
 
@@ -145,7 +154,9 @@ def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
     # Neither engine is installed: vLLM's file on moetune's twin of vLLM's kernel, then
     # SGLang's on the twin of SGLang's (its whole-call search, then the up/down split search).
     vllm, sglang = summary["shapes"]
-    assert vllm["plan"]["kernel"] is None and sglang["plan"]["kernel"]["engine"] == "sglang"
+    assert vllm["plan"]["kernel"]["engine"] == "vllm" and vllm["plan"]["kernel"]["twin"]
+    assert sglang["plan"]["kernel"]["engine"] == "sglang" and sglang["plan"]["kernel"]["twin"]
+    assert sum("is not installed in this Python environment" in n for n in summary["notes"]) == 2
     assert vllm["measured"] == MEASUREMENTS and sglang["measured"] > MEASUREMENTS
     for plan in (vllm, sglang):
         assert [row["batch_size"] for row in plan["results"]] == [2, 4]
@@ -246,7 +257,15 @@ def test_benchmark_times_default_and_files_side_by_side(tmp_path):
     (row,) = report["results"]
     assert row["batch_size"] == 3 and row[str(tuned)]["config"] == entry
     assert row["vllm_fallback"]["latency_us"] > 0 and row[str(tuned)]["latency_us"] > 0
-    assert set(report["geomean_speedup"][str(tuned)]) == {"vllm_fallback", "sglang_fallback"}
+    # A vLLM file (its triton_version key) is timed on vLLM's kernel (here its twin) and
+    # compared with the fallback timed on that kernel; SGLang's fallback is on SGLang's.
+    assert report["timed_on"] == {
+        "vllm_fallback": "vllm",
+        "sglang_fallback": "sglang",
+        str(tuned): "vllm",
+    }
+    assert set(report["geomean_speedup"][str(tuned)]) == {"vllm_fallback"}
+    assert report["kernels"]["sglang"]["engine"] == "sglang" and report["kernels"]["sglang"]["twin"]
 
 
 def test_benchmark_rejects_a_malformed_config_file(tmp_path):
@@ -345,3 +364,9 @@ def test_install_dir_prints_the_export_line(tmp_path):
     assert "Geomean speedup: " in result.stdout and "x over the vLLM fallback" in result.stdout
     # The summary's times are the confirmation's, and it says so.
     assert "Times: medians of 5 interleaved confirmation rounds" in result.stdout
+    # No engine installed: the plan (stderr) and the summary (stdout) both say the fallback.
+    note = (
+        "Note: vLLM is not installed in this Python environment: the vLLM file is timed on "
+        "moetune's twin of vLLM's kernel (moetune/kernel/fused_moe_kernel.py)"
+    )
+    assert note in " ".join(result.stderr.split()) and note in " ".join(result.stdout.split())

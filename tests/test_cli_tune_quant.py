@@ -22,7 +22,7 @@ def test_int4_dry_run_shows_group_size_pruning_and_files(tmp_path):
     result = dry_run(tmp_path, "--dtype", "int4_w4a16", "--group-size", "32")
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
-    assert plan["problem"] == "E=4,N=32,K=64,topk=2,dtype=int4_w4a16,group_size=32,kernel_rev=2"
+    assert plan["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=int4_w4a16,group_size=32,kernel_rev=2"
     # BLOCK_SIZE_K must be a multiple of 32 dividing K=64 and N=32: only the BK=32 candidate
     assert plan["pruning"]["2"]["kept"] == 1
     assert plan["pruning"]["2"]["removed"]["wna16_blocks"] == 2
@@ -49,12 +49,14 @@ def test_int4_group_size_defaults_to_128_and_can_leave_nothing_to_tune(tmp_path)
 def test_per_channel_fp8_and_int8_dry_runs(tmp_path):
     document = json.loads(dry_run(tmp_path, "--dtype", "fp8_w8a8", "--per-channel-quant").stdout)
     vllm, sglang = plans_of(document)  # each engine's file on (the twin of) its own kernel
-    assert vllm["problem"].endswith("dtype=fp8_w8a8,per_channel")
-    assert sglang["problem"].endswith("dtype=fp8_w8a8,per_channel,kernel=moetune-sglang-0.5.23")
+    assert vllm["shape_key"].endswith("dtype=fp8_w8a8,per_channel")
+    assert vllm["problem"].startswith(vllm["shape_key"] + ",kernel=moetune-vllm-0.33.0@")
+    assert sglang["problem"].startswith(vllm["shape_key"] + ",kernel=moetune-sglang-0.5.23@")
     assert sglang["files"][0].endswith("dtype=fp8_w8a8,per_channel_quant=True.json")
     result = dry_run(tmp_path, "--dtype", "int8_w8a8")
     plan = json.loads(result.stdout)
-    assert plan["problem"].endswith("dtype=int8_w8a8,per_channel,kernel=moetune-sglang-0.5.23")
+    assert plan["shape_key"].endswith("dtype=int8_w8a8,per_channel")
+    assert plan["problem"].startswith(plan["shape_key"] + ",kernel=moetune-sglang-0.5.23@")
     # SGLang's file (and its _down twin) only: no vLLM file
     assert all("/configs/triton_" in path for path in plan["files"])
     assert plan["files"][0].endswith("dtype=int8_w8a8,per_channel_quant=True.json")
@@ -121,11 +123,13 @@ def test_quantized_checkpoints_tune_as_they_are_quantized():
     plan = json.loads(result.stdout)
     # Both engines run int4 in fused_moe_kernel_gptq_awq: one plan, on its twin.
     assert (
-        plan["problem"] == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128,kernel_rev=2"
+        plan["shape_key"]
+        == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128,kernel_rev=2"
     )
-    assert plan["kernel"] is None
+    assert plan["kernel"]["twin"] and plan["kernel"]["tag"].startswith("moetune-wna16@")
+    assert plan["problem"] == plan["shape_key"] + ",kernel=" + plan["kernel"]["tag"]
     scout = str(QUANT / "RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json")
     result = CliRunner().invoke(cli, ["tune", "--model", scout, "--tp", "4", "--dry-run", "--json"])
     assert result.exit_code == 0, result.output
     plan = plans_of(json.loads(result.stdout))[0]
-    assert plan["problem"] == "E=16,N=2048,K=5120,topk=1,dtype=fp8_w8a8,per_channel"
+    assert plan["shape_key"] == "E=16,N=2048,K=5120,topk=1,dtype=fp8_w8a8,per_channel"

@@ -21,10 +21,12 @@ from moetune.engines.names import installed_triton_version
 from moetune.kernel.config import Candidate
 from moetune.tune.dir_lock import LOCK_FILENAME
 from moetune.tune.measure.worker import FAULTS_ENV
+from moetune.tune.problem import TuneProblem
 from moetune.tune.store import STORE_FILENAME, Measurement, ResultStore
 
 DATA = Path(__file__).parent / "tune" / "data"
-KEY = "E=4,N=32,K=64,topk=2,dtype=bf16"
+# The store key of the tiny model's problem on moetune's twin of vLLM's kernel (no engine here).
+KEY = TuneProblem(4, 32, 64, 2, "bf16").key()
 # The three candidates of tiny-space.json, in its order.
 SPACE = [
     Candidate(16, 32, 32, 1, 4, 2),

@@ -112,7 +112,7 @@ def benchmark(
     from dataclasses import replace
 
     from moetune.engines.formats import engines_named
-    from moetune.engines.launch import benchmark_kernel, kernel_for
+    from moetune.engines.launch import benchmark_kernel, kernel_for, kernel_json
     from moetune.engines.tuned_file import as_pair, describe, load_tuned_file, same_harness
     from moetune.tune.baselines import engine_baselines, geomean_speedup
     from moetune.tune.measure.worker import WorkerPool, WorkUnit
@@ -121,9 +121,14 @@ def benchmark(
     files = {str(path): load_tuned_file(path) for path in config_files}
     resolved = problem_from_options(model, dry_run=dry_run)
     engines = engines_named(engine)
-    timed_on, kernel_notes = benchmark_kernel(kernel, engines)
-    notes = list(dict.fromkeys([*resolved.notes, *kernel_notes]))
-    problem = replace(resolved.problem, kernel=kernel_for(timed_on, resolved.problem.dtype))
+    kernels, kernel_notes = benchmark_kernel(kernel, engines)
+    dtype = resolved.problem.dtype
+    # Each engine's columns are timed on that engine's kernel (`timed_on`).
+    problems = {e: replace(resolved.problem, kernel=kernel_for(kernels[e], dtype)) for e in engines}
+    problem = problems[engines[0]]
+    one_kernel = len(set(problems.values())) == 1
+    file_engines, file_notes = _file_engines(files, engines, one_kernel)
+    notes = list(dict.fromkeys([*resolved.notes, *kernel_notes, *file_notes]))
     mismatches = _mismatches(config_files, problem, resolved, model["model"])
     if strict and mismatches:
         more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
@@ -137,7 +142,14 @@ def benchmark(
     if not json_:  # --json: the notes are in the JSON
         for note in notes:
             click.echo(f"Note: {note}", err=True)
-        click.echo(f"Kernel: {kernel_description(problem)}", err=True)
+        if one_kernel:
+            click.echo(f"Kernel: {kernel_description(problem)}", err=True)
+        else:
+            for e in engines:
+                click.echo(
+                    f"Kernel of the {_ENGINE_LABEL[e]} columns: {kernel_description(problems[e])}",
+                    err=True,
+                )
     for warning in warnings:
         click.echo(f"Warning: {warning}", err=True)
     sizes = batch_sizes_of(batch_sizes)
@@ -153,6 +165,19 @@ def benchmark(
         pair_down_tables=True,
     )
     names = [b.key for b in baselines] + list(files)
+    timed_on = {b.key: b.key.rsplit("_", 1)[0] for b in baselines} | file_engines
+    # The speedup of each column is over the first fallback timed on the same kernel.
+    references = {
+        name: next(
+            b.key for b in baselines if problems[timed_on[b.key]] == problems[timed_on[name]]
+        )
+        for name in names
+    }
+    # The baselines each column's speedups are taken over: those timed on its kernel.
+    baselines_of = {
+        name: [b.key for b in baselines if problems[timed_on[b.key]] == problems[timed_on[name]]]
+        for name in names
+    }
     picks: dict[int, dict[str, Any]] = {}
     for m in sizes:
         picks[m] = {b.key: b.configs[m] for b in baselines if b.configs.get(m) is not None}
@@ -163,11 +188,15 @@ def benchmark(
     harness = "whole" if same_harness(p for row in picks.values() for p in row.values()) else "pair"
     if harness == "pair":
         picks = {m: {name: as_pair(p) for name, p in row.items()} for m, row in picks.items()}
+    title = f"{problem.shape_key()} on {resolved.device_name}"
     facts = {
         "problem": problem.key(),
+        "shape_key": problem.shape_key(),
         "device_name": resolved.device_name,
         "triton_version": resolved.triton_version,
-        "kernel": None if problem.kernel is None else problem.kernel.as_json(),
+        "kernel": kernel_json(problem.kernel, dtype),
+        "kernels": {e: kernel_json(problems[e].kernel, dtype) for e in engines},
+        "timed_on": timed_on,
         "harness": harness,
         "baselines": [b.to_dict() for b in baselines],
         "configs": names,
@@ -183,11 +212,27 @@ def benchmark(
             ]
             click.echo(json.dumps({**facts, "dry_run": True, "picks": plan}, indent=2))
         else:
-            _print_plan(picks, f"{problem.key()} on {resolved.device_name}", harness)
+            _print_plan(picks, title, harness)
         return
-    units = [WorkUnit(problem, m, tuple(dict.fromkeys(picks[m].values())), "full") for m in sizes]
-    warm = [WorkUnit(problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
-    timings: dict[tuple[int, Any], Any] = {}
+    units = [
+        WorkUnit(
+            kernel_problem,
+            m,
+            tuple(
+                dict.fromkeys(
+                    pick
+                    for name, pick in picks[m].items()
+                    if problems[timed_on[name]] == kernel_problem
+                )
+            ),
+            "full",
+        )
+        for kernel_problem in dict.fromkeys(problems.values())
+        for m in sizes
+    ]
+    units = [unit for unit in units if unit.candidates]
+    warm = [WorkUnit(u.problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
+    timings: dict[tuple[Any, int, Any], Any] = {}
     rounds: dict[int, Any] = {}
     workers = default_compile_workers(devices)
     with WorkerPool(list(devices), compile_workers=workers, timeout_s=timeout_s) as pool:
@@ -195,17 +240,15 @@ def benchmark(
             for _ in pool.run(warm):  # compile everything in parallel first; timing decides
                 pass
         if repeat > 1:
-            from moetune.tune.confirm import time_rounds
-
-            rounds = time_rounds(pool, problem, picks, repeat)
+            rounds = _time_rounds(pool, problems, timed_on, picks, repeat)
         else:
             for unit, outcome in pool.run(units):
-                timings[(unit.batch_size, outcome.candidate)] = outcome
+                timings[(unit.problem, unit.batch_size, outcome.candidate)] = outcome
 
     rows = []
     for m in sizes:
         if repeat > 1:
-            rows.append(_repeated_row(m, names, picks[m], rounds[m], [b.key for b in baselines]))
+            rows.append(_repeated_row(m, names, picks[m], rounds[m], baselines_of, references))
             continue
         row: dict[str, Any] = {"batch_size": m}
         for name in names:
@@ -213,7 +256,7 @@ def benchmark(
             if candidate is None:
                 row[name] = {"config": None, "status": "no runnable config", "latency_us": None}
                 continue
-            outcome = timings[(m, candidate)]
+            outcome = timings[(problems[timed_on[name]], m, candidate)]
             row[name] = {
                 **describe(candidate),
                 "status": outcome.status,
@@ -223,12 +266,14 @@ def benchmark(
                 "error": outcome.error,
             }
         rows.append(row)
+    # A file is compared with the baselines timed on its own kernel only.
     geomeans = {
         name: {
             b.key: geomean_speedup(
                 [(row[b.key]["latency_us"], row[name]["latency_us"]) for row in rows]
             )
             for b in baselines
+            if problems[timed_on[b.key]] == problems[timed_on[name]]
         }
         for name in files
     }
@@ -244,11 +289,10 @@ def benchmark(
     # listed whole under the table.
     labels = {b.key: b.label for b in baselines}
     labels |= {name: f"file {index}" for index, name in enumerate(files, 1)}
-    title = f"{problem.key()} on {resolved.device_name}"
     if repeat > 1:
-        _print_repeated(rows, names, labels, title, repeat)
+        _print_repeated(rows, names, labels, title, repeat, references)
     else:
-        _print_table(rows, names, labels, title)
+        _print_table(rows, names, labels, title, references)
     if harness == "pair":
         click.echo(HARNESS_NOTE)
     for name, speedups in geomeans.items():
@@ -264,12 +308,46 @@ def benchmark(
         click.echo(f"  {labels[name]}: {name}")
 
 
+def _time_rounds(
+    pool: Any,
+    problems: dict[str, Any],
+    timed_on: dict[str, str],
+    picks: dict[int, dict[str, Any]],
+    repeat: int,
+) -> dict[int, Any]:
+    """``--repeat``'s interleaved rounds, each kernel's columns on that kernel, gathered
+    into one `Confirmation` per batch size (rounds pair up within a kernel only)."""
+    from moetune.tune.confirm import Confirmation, time_rounds
+
+    merged: dict[int, dict[str, Any]] = {m: {} for m in picks}
+    configs: dict[int, dict[str, Any]] = {m: {} for m in picks}
+    for kernel_problem in dict.fromkeys(problems.values()):
+        named = {
+            m: {
+                name: pick
+                for name, pick in row.items()
+                if pick is not None and problems[timed_on[name]] == kernel_problem
+            }
+            for m, row in picks.items()
+        }
+        for m, confirmation in time_rounds(pool, kernel_problem, named, repeat).items():
+            merged[m] |= dict(confirmation.timings_us)
+            configs[m] |= dict(confirmation.configs)
+    return {m: Confirmation(m, merged[m], configs[m]) for m in picks}
+
+
 def _repeated_row(
-    m: int, names: list[str], picks: dict[str, Any], confirmation: Any, baselines: list[str]
+    m: int,
+    names: list[str],
+    picks: dict[str, Any],
+    confirmation: Any,
+    baselines_of: dict[str, list[str]],
+    references: dict[str, str],
 ) -> dict[str, Any]:
     """One batch size of ``--repeat``: per config its median over the rounds with its
     interval and each round's time; per config that is not a baseline, its speedup over
-    each baseline (baseline median / its median) with the paired interval."""
+    each baseline timed on its kernel (baseline median / its median) with the paired
+    interval, and over its reference column (`references`)."""
     from moetune.engines.tuned_file import describe
 
     row: dict[str, Any] = {"batch_size": m}
@@ -285,36 +363,48 @@ def _repeated_row(
             "latency_interval_us": None if median is None else [median.low, median.high],
             "rounds_us": list(confirmation.timings_us[name]),
         }
-        if name not in baselines:
+        if name not in baselines_of[name]:
             entry["speedup"] = {
                 key: None if (ratio := confirmation.ratio(key, name)) is None else ratio.to_json()
-                for key in baselines
+                for key in baselines_of[name]
                 if key in confirmation.timings_us
             }
         row[name] = entry
-    reference = names[0]
-    if reference in confirmation.timings_us:
-        for name in names[1:]:
-            if name in confirmation.timings_us and row[name]["latency_us"] is not None:
-                ratio = confirmation.ratio(reference, name)
-                row[name]["ratio_to_reference"] = None if ratio is None else ratio.to_json()
+    for name in names:
+        reference = references[name]
+        if (
+            name != reference
+            and reference in confirmation.timings_us
+            and name in confirmation.timings_us
+            and row[name]["latency_us"] is not None
+        ):
+            ratio = confirmation.ratio(reference, name)
+            row[name]["ratio_to_reference"] = None if ratio is None else ratio.to_json()
     return row
 
 
 def _print_repeated(
-    rows: list[dict[str, Any]], names: list[str], labels: dict[str, str], title: str, repeat: int
+    rows: list[dict[str, Any]],
+    names: list[str],
+    labels: dict[str, str],
+    title: str,
+    repeat: int,
+    references: dict[str, str],
 ) -> None:
-    """The ``--repeat`` table: median us [interval], and the speedup over the first column
-    (its fallback) with its interval."""
+    """The ``--repeat`` table: median us [interval], and the speedup over its `references`
+    column (the first fallback timed on the same kernel) with its interval."""
     from rich.console import Console
     from rich.table import Table
 
     from moetune.commands.terminal import print_table
 
-    reference = names[0]
+    over = sorted({references[name] for name in names}, key=names.index)
+    said = " or ".join(f"the {labels[name]}" for name in over)
+    if len(over) > 1:
+        said += ", each on its own kernel"
     table = Table(
         title=f"{title}: median us of {repeat} interleaved rounds [95 % interval] "
-        f"(speedup over the {labels[reference]} [95 % interval])"
+        f"(speedup over {said} [95 % interval])"
     )
     table.add_column("M", justify="right")
     for name in names:
@@ -334,6 +424,52 @@ def _print_repeated(
             cells.append(cell)
         table.add_row(*cells)
     print_table(Console(highlight=False), table)
+
+
+_ENGINE_LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _file_engines(
+    files: dict[str, Any], engines: tuple[str, ...], one_kernel: bool
+) -> tuple[dict[str, str], list[str]]:
+    """The engine whose kernel each --config file is timed on, and a note for each file
+    whose engine cannot be read from it (where the engines' kernels differ).
+
+    SGLang's: a file with a ``_down`` table, or under SGLang's ``triton_<version>`` folder;
+    vLLM's: a file with vLLM's ``"triton_version"`` key. Else the first engine's.
+    """
+    import re
+
+    found: dict[str, str] = {}
+    notes: list[str] = []
+    for name, tuned in files.items():
+        engine = None
+        if tuned.down is not None or any(
+            re.fullmatch(r"triton_\d+_\d+_\d+", part) for part in Path(name).parts
+        ):
+            engine = "sglang"
+        elif _has_version_key(Path(name)):
+            engine = "vllm"
+        if engine not in engines:
+            if engine is None and not one_kernel:
+                notes.append(
+                    f"--config {name}: neither engine's by its content or folder (no _down "
+                    "table, no triton_version key, not under triton_<version>/): timed on "
+                    f"{_ENGINE_LABEL[engines[0]]}'s kernel"
+                )
+            engine = engines[0]
+        found[name] = engine
+    return found, notes
+
+
+def _has_version_key(path: Path) -> bool:
+    from moetune.engines.tables import VERSION_KEY
+
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(payload, dict) and VERSION_KEY in payload
 
 
 def _described(pick: Any) -> dict[str, Any]:
@@ -378,23 +514,33 @@ def _field(key: str, value: str) -> str:
 
 
 def _print_table(
-    rows: list[dict[str, Any]], names: list[str], labels: dict[str, str], title: str
+    rows: list[dict[str, Any]],
+    names: list[str],
+    labels: dict[str, str],
+    title: str,
+    references: dict[str, str],
 ) -> None:
+    """The table; each column's speedup is over its `references` column (the first
+    fallback timed on the same kernel)."""
     from rich.console import Console
     from rich.table import Table
 
     from moetune.commands.terminal import print_table
 
-    reference = names[0]  # the first engine's fallback
-    table = Table(title=f"{title}: us per call (speedup over the {labels[reference]})")
+    over = sorted({references[name] for name in names}, key=names.index)
+    said = " or ".join(f"the {labels[name]}" for name in over)
+    if len(over) > 1:
+        said += ", each on its own kernel"
+    table = Table(title=f"{title}: us per call (speedup over {said})")
     table.add_column("M", justify="right")
     for name in names:
         table.add_column(labels[name], justify="right")
     for row in rows:
-        base = row[reference]["latency_us"]
         cells = [str(row["batch_size"])]
         for name in names:
             entry = row[name]
+            reference = references[name]
+            base = row[reference]["latency_us"]
             if entry["latency_us"] is None:
                 cells.append(entry["status"])
             elif name == reference or base is None:

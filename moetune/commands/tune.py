@@ -259,6 +259,8 @@ def tune(
             out.print(f"Serves: {', '.join(group.labels())}", markup=False)
         if sweep.is_sweep:
             _print_served(result, out)
+        for note in kernel_notes:  # each fallback to a twin, said again under the results
+            say(out, f"Note: {note}")
     installed, exports = [], []
     for summary in result.summaries:
         done, needed = _install(targets, summary, overwrite_installed, out)
@@ -433,7 +435,7 @@ def _print_summary(summary, console) -> None:  # noqa: ANN001
 
     from moetune.tune.runner import kernel_description
 
-    table = Table(title=f"{summary.plan.problem.key()} on {summary.plan.request.device_name}")
+    table = Table(title=f"{summary.plan.problem.shape_key()} on {summary.plan.request.device_name}")
     table.add_column("M", justify="right")
     table.add_column("config (BLOCK M/N/K, GROUP, warps, stages)")
     table.add_column("us", justify="right")

@@ -21,12 +21,20 @@ from moetune.errors import TuneError
 if TYPE_CHECKING:
     from moetune.extract.shape import ShardedShape
 
-# `TuneProblem.key()` read back: the inverse of its format, field by field.
+# `TuneProblem.key()` read back: the inverse of its format, field by field (keys written
+# before every key named its kernel have no ``kernel=``).
 KEY_PATTERN = re.compile(
     r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
     r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?"
     r"(?:,kernel=[\w.+-]+(?:@\w+)?)?$"
 )
+
+
+def split_key(key: str) -> tuple[str, str | None]:
+    """A store key's shape part and its kernel tag (None: a key written before every key
+    named its kernel)."""
+    shape, found, tag = key.partition(",kernel=")
+    return shape, (tag if found else None)
 
 
 @dataclass(frozen=True)
@@ -157,7 +165,7 @@ class TuneProblem:
         The dump a ``routing=`` digest names is not in the key: the problem comes back
         with the digest and no path. A ``kernel_rev`` is the kernel's, not the
         problem's: an older revision's key reads as today's problem; so is a
-        ``kernel=`` engine kernel (the problem comes back without it).
+        ``kernel=`` tag (the problem comes back without a kernel).
         """
         match = KEY_PATTERN.match(key)
         if match is None:
@@ -177,7 +185,20 @@ class TuneProblem:
         )
 
     def key(self) -> str:
-        """A stable, readable name, e.g. ``E=128,N=768,K=2048,topk=8,dtype=bf16``."""
+        """The results-store key: `shape_key` and the kernel timed, e.g.
+        ``E=128,N=768,K=2048,topk=8,dtype=bf16,kernel=moetune-vllm-0.33.0@1b2c3d4e5f60``.
+
+        Every key names its kernel (`moetune.engines.launch.kernel_tag`): an engine's by
+        its installed source's digest, a twin by its own files' digest, so a store written
+        by another kernel (or an earlier revision of a twin) is never reused.
+        """
+        from moetune.engines.launch import kernel_tag
+
+        return f"{self.shape_key()},kernel={kernel_tag(self.kernel, self.dtype)}"
+
+    def shape_key(self) -> str:
+        """The problem without its kernel, as the plan shows it, e.g.
+        ``E=128,N=768,K=2048,topk=8,dtype=bf16`` (the ``Kernel:`` line names the kernel)."""
         key = (
             f"E={self.num_experts},N={self.intermediate_size},K={self.hidden_size},"
             f"topk={self.top_k},dtype={self.dtype}"
@@ -193,6 +214,4 @@ class TuneProblem:
             key += f",kernel_rev={revision}"
         if self.routing_digest is not None:
             key += f",routing={self.routing_digest}"
-        if self.kernel is not None:
-            key += f",kernel={self.kernel.tag()}"
         return key

@@ -244,7 +244,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
     """The plan as printed before any work."""
     request, problem = plan.request, plan.problem
     lines = [
-        f"Shape:       {problem.key()}" + (f"  ({request.source})" if request.source else ""),
+        f"Shape:       {problem.shape_key()}" + (f"  ({request.source})" if request.source else ""),
         f"Device:      {request.device_name}, Triton {request.triton_version}, "
         f"pruned for {plan.limits.name}",
         f"Kernel:      {kernel_description(problem)}",
@@ -315,11 +315,14 @@ def _split_and_routing_lines(plan: TunePlan) -> list[str]:
 
 
 def plan_json(plan: TunePlan) -> dict[str, Any]:
+    from moetune.engines.launch import kernel_json
+
     return {
         "problem": plan.problem.key(),
+        "shape_key": plan.problem.shape_key(),
         "device_name": plan.request.device_name,
         "triton_version": plan.request.triton_version,
-        "kernel": None if plan.problem.kernel is None else plan.problem.kernel.as_json(),
+        "kernel": kernel_json(plan.problem.kernel, plan.problem.dtype),
         "search": plan.request.search,
         "seeded_from": None if plan.seeded_from is None else plan.seeded_from.key(),
         "space_size": len(plan.request.space),
@@ -392,6 +395,42 @@ def ranked(
             latest[m.candidate] = m
     ok = [m for m in latest.values() if m.status == "ok" and m.latency_us is not None]
     return sorted(ok, key=lambda m: m.latency_us)
+
+
+def other_kernels_note(
+    store: ResultStore, context: RunContext, seeded_from: TuneProblem | None = None
+) -> str | None:
+    """One line where the store holds this shape's timings on other kernels only (none is
+    reused: the key names the kernel); None where it holds some of this kernel's, or none.
+    The kernel a transfer is seeded from is not another kernel's leftovers: it is used."""
+    from moetune.tune.problem import split_key
+
+    key = context.problem.key()
+    shape = context.problem.shape_key()
+    used = {key} | ({seeded_from.key()} if seeded_from is not None else set())
+    others: dict[str, int] = {}
+    for m in store.all():
+        if m.device_name != context.device_name or m.triton_version != context.triton_version:
+            continue
+        if m.problem_key == key:
+            return None
+        found, tag = split_key(m.problem_key)
+        if found == shape and m.problem_key not in used:
+            name = tag or "an unnamed kernel (written before store keys named the kernel)"
+            others[name] = others.get(name, 0) + 1
+    if not others:
+        return None
+    listed = "; ".join(f"{count} on {tag}" for tag, count in others.items())
+    return (
+        f"{store.path} holds timings of this shape on other kernels only ({listed}): none is "
+        f"reused, this run times {kernel_tag_of(context.problem)}"
+    )
+
+
+def kernel_tag_of(problem: TuneProblem) -> str:
+    from moetune.engines.launch import kernel_tag
+
+    return kernel_tag(problem.kernel, problem.dtype)
 
 
 def transfer_seeds(
@@ -496,6 +535,9 @@ def run_tune(
     store = ResultStore(plan.store_path)
     store.check_writable()  # a read-only store fails now, not after the first measurement
     context = RunContext(problem, request.device_name, request.triton_version)
+    skipped = other_kernels_note(store, context, plan.seeded_from)
+    if skipped:
+        summary.notes.append(skipped)
     owned = backend is None  # a backend passed in (a sweep's, shared by its shapes) stays open
     backend = backend or make_backend(request)
     try:

@@ -487,7 +487,7 @@ def plan_sweep(
                 SkippedLayout(
                     layout,
                     f"its files have the same names as {clash.labels()[0]}'s "
-                    f"({clash.problem.key()}); tune it with another --save-dir",
+                    f"({clash.problem.shape_key()}); tune it with another --save-dir",
                 )
                 for layout in group.layouts
             )
@@ -570,7 +570,7 @@ def sweep_lines(sweep: SweepPlan, compare: Callable[[TunePlan], str] | None = No
         if index is None:
             lines.append(f"  {layout.label():<{width}}  skipped: {reason[layout]}")
         else:
-            key = sweep.groups[index].problem.key()
+            key = sweep.groups[index].problem.shape_key()
             lines.append(f"  {layout.label():<{width}}  -> shape {numbers[index]}: {key}")
     lines.append(_estimate_line(None, sweep.estimate_s(), " in all"))
     lines.append(f"Results:     {sweep.store_path} (one resumable store for every shape)")
@@ -621,7 +621,7 @@ def sweep_json(sweep: SweepPlan) -> dict[str, Any]:
         layouts.append(
             {
                 **_layout_json(layout),
-                "shape": None if index is None else sweep.groups[index].problem.key(),
+                "shape": None if index is None else sweep.groups[index].problem.shape_key(),
                 "skipped": reason.get(layout),
             }
         )

@@ -4,6 +4,7 @@ The released engines' own kernels are tested in tests/engines_real (``make test-
 here stand-in sources and stand-in installs check the rules without them.
 """
 
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -136,10 +137,18 @@ def test_auto_times_the_installed_engines_kernel(vllm_kernel_file: Path) -> None
 
 def test_auto_falls_back_to_each_engines_twin_when_the_engine_is_absent() -> None:
     # vLLM's twin is moetune's default kernel (no ref); SGLang's is its own twin kernel.
+    # The fallback is said, with why.
     vllm = resolve_kernel("auto", "vllm", lambda e: None)
-    assert vllm.kernel is None and vllm.note is None
+    assert vllm.kernel is None
+    assert vllm.note == (
+        "vLLM is not installed in this Python environment: the vLLM file is timed on "
+        "moetune's twin of vLLM's kernel (moetune/kernel/fused_moe_kernel.py)"
+    )
     sglang = resolve_kernel("auto", "sglang", lambda e: None)
-    assert sglang.note is None
+    assert sglang.note == (
+        "SGLang is not installed in this Python environment: the SGLang file is timed on "
+        "moetune's twin of SGLang's kernel (moetune/kernel/fused_moe_kernel_sglang.py)"
+    )
     assert sglang.kernel == twin_ref("sglang")
     assert sglang.kernel.twin and sglang.kernel.release == "0.5.23"
     assert sglang.kernel.source == "moetune/kernel/fused_moe_kernel_sglang.py"
@@ -200,21 +209,79 @@ def test_an_explicit_engine_kernel_needs_that_engine_alone() -> None:
         resolve_kernels("vllm", ("vllm", "sglang"), lambda e: None)
     with pytest.raises(KernelChoiceError, match="vLLM is not installed"):
         resolve_kernels("vllm", ("vllm",), lambda e: None)
+    # The twins asked for by name: not a fallback, no note (the Kernel line names them).
     assert resolve_kernels("moetune", ("vllm", "sglang"), lambda e: None) == (
         {"vllm": None, "sglang": twin_ref("sglang")},
         [],
     )
 
 
-def test_benchmark_times_every_column_on_the_first_usable_engine_kernel(kernel_file) -> None:  # noqa: ANN001
+def test_only_vllm_installed_says_sglangs_file_falls_back_to_its_twin(kernel_file) -> None:  # noqa: ANN001
+    only_vllm = lambda e: installed("0.33.0", "0.33.0", kernel_file) if e == "vllm" else None  # noqa: E731
+    kernels, notes = resolve_kernels("auto", ("vllm", "sglang"), only_vllm)
+    assert kernels["vllm"].engine == "vllm" and not kernels["vllm"].twin
+    assert kernels["sglang"] == twin_ref("sglang")
+    assert notes == [
+        "SGLang is not installed in this Python environment: the SGLang file is timed on "
+        "moetune's twin of SGLang's kernel (moetune/kernel/fused_moe_kernel_sglang.py)"
+    ]
+
+
+def test_benchmark_times_each_engines_columns_on_its_own_kernel(kernel_file) -> None:  # noqa: ANN001
+    both = lambda e: installed(  # noqa: E731
+        "0.33.0" if e == "vllm" else "0.5.23",
+        "0.33.0" if e == "vllm" else "0.5.23",
+        kernel_file,
+    )
+    kernels, notes = benchmark_kernel("auto", ("vllm", "sglang"), both)
+    assert (kernels["vllm"].engine, kernels["sglang"].engine) == ("vllm", "sglang")
+    assert not kernels["vllm"].twin and not kernels["sglang"].twin and notes == []
     only_sglang = lambda e: installed("0.5.23", "0.5.23", kernel_file) if e == "sglang" else None  # noqa: E731
-    kernel, notes = benchmark_kernel("auto", ("vllm", "sglang"), only_sglang)
-    assert kernel.engine == "sglang" and notes == []
-    assert benchmark_kernel("moetune", ("vllm",), only_sglang) == (None, [])
-    assert benchmark_kernel("moetune", ("sglang",), only_sglang) == (twin_ref("sglang"), [])
-    # Neither installed: the first engine's twin.
-    assert benchmark_kernel("auto", ("vllm", "sglang"), lambda e: None) == (None, [])
-    assert benchmark_kernel("auto", ("sglang",), lambda e: None) == (twin_ref("sglang"), [])
+    kernels, notes = benchmark_kernel("auto", ("vllm", "sglang"), only_sglang)
+    assert kernels["vllm"] is None and kernels["sglang"].engine == "sglang"
+    assert notes == [
+        "vLLM is not installed in this Python environment: the vLLM file is timed on "
+        "moetune's twin of vLLM's kernel (moetune/kernel/fused_moe_kernel.py)"
+    ]
+    assert benchmark_kernel("moetune", ("vllm",), only_sglang) == ({"vllm": None}, [])
+    assert benchmark_kernel("moetune", ("sglang",), only_sglang) == (
+        {"sglang": twin_ref("sglang")},
+        [],
+    )
+    # An engine named: every column on that kernel.
+    kernels, _ = benchmark_kernel("sglang", ("vllm", "sglang"), only_sglang)
+    assert kernels["vllm"] == kernels["sglang"] and kernels["vllm"].engine == "sglang"
+    # Neither installed: each engine's twin, each fallback said.
+    kernels, notes = benchmark_kernel("auto", ("vllm", "sglang"), lambda e: None)
+    assert kernels == {"vllm": None, "sglang": twin_ref("sglang")} and len(notes) == 2
+
+
+def test_every_store_key_names_its_kernel_by_a_digest_of_its_files(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    from moetune.engines import launch
+    from moetune.tune.problem import TuneProblem
+
+    bf16 = TuneProblem(4, 32, 64, 2, "bf16")
+    int4 = TuneProblem(4, 32, 64, 2, "int4_w4a16", group_size=32)
+    sglang = TuneProblem(4, 32, 64, 2, "bf16", kernel=twin_ref("sglang"))
+    digests = {twin: launch.twin_digest(twin) for twin in launch.TWIN_FILES}
+    assert bf16.key() == f"{bf16.shape_key()},kernel=moetune-vllm-0.33.0@{digests['vllm']}"
+    assert int4.key().endswith(f",kernel=moetune-wna16@{digests['wna16']}")
+    assert sglang.key().endswith(f",kernel=moetune-sglang-0.5.23@{digests['sglang']}")
+    assert len(set(digests.values())) == 3
+    # An edit to a file of a twin's kernel or launch is another kernel: another key.
+    copy = tmp_path / "moetune"
+    for name in {name for files in launch.TWIN_FILES.values() for name in files}:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        (copy / name).write_bytes((Path(launch.__file__).parents[2] / name).read_bytes())
+    with (copy / "kernel/launch_rules.py").open("a") as handle:
+        handle.write("# an edit\n")
+    monkeypatch.setattr(launch, "__file__", str(copy / "engines/launch/__init__.py"))
+    launch.twin_digest.cache_clear()
+    try:
+        assert all(launch.twin_digest(twin) != digests[twin] for twin in digests)
+        assert bf16.key() != f"{bf16.shape_key()},kernel=moetune-vllm-0.33.0@{digests['vllm']}"
+    finally:
+        launch.twin_digest.cache_clear()
 
 
 def test_vllm_0_33_takes_the_naive_path_for_sparse_decode() -> None:
@@ -255,11 +322,14 @@ REF = KernelRef("vllm", "0.33.0", "0.33.0", "/site/vllm/fused_moe.py", "f37773a8
 def test_the_store_key_names_the_kernel_timed() -> None:
     twin = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
     engine = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128), kernel=REF)
-    assert engine.key() == twin.key() + ",kernel=vllm-0.33.0@f37773a8ca2c"
+    assert engine.key() == twin.shape_key() + ",kernel=vllm-0.33.0@f37773a8ca2c"
+    assert twin.key().startswith(twin.shape_key() + ",kernel=moetune-vllm-0.33.0@")
     # The key reads back as the problem; the kernel is the measurement's, not the shape's.
     assert TuneProblem.from_key(engine.key()) == twin
+    assert TuneProblem.from_key(twin.key()) == twin
     sglang_twin = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128), kernel=twin_ref("sglang"))
-    assert sglang_twin.key() == twin.key() + ",kernel=moetune-sglang-0.5.23"
+    assert sglang_twin.key().startswith(twin.shape_key() + ",kernel=moetune-sglang-0.5.23@")
+    assert len({twin.key(), engine.key(), sglang_twin.key()}) == 3
     assert TuneProblem.from_key(sglang_twin.key()) == twin
 
 
@@ -325,4 +395,11 @@ def test_tune_plan_names_the_installed_engines_kernel(tmp_path: Path, monkeypatc
     assert result.exit_code == 0, result.output
     source = tmp_path / "vllm" / "model_executor" / "layers" / "fused_moe" / "fused_moe.py"
     assert f"Kernel:      vLLM 0.33.0's fused_moe_kernel ({source})" in result.output
-    assert ",kernel=vllm-0.33.0@" in result.output
+    json_run = CliRunner().invoke(
+        cli,
+        ["tune", "--model", "Qwen/Qwen3-30B-A3B", "--tp", "1", "--engine", "vllm",
+         "--dry-run", "--json", "--device-name", "NVIDIA_H200", "--save-dir", str(tmp_path / "out")],
+    )  # fmt: skip
+    plan = json.loads(json_run.output)
+    assert plan["problem"] == f"{plan['shape_key']},kernel=vllm-0.33.0@{plan['kernel']['digest']}"
+    assert plan["kernel"]["description"].startswith("vLLM 0.33.0's fused_moe_kernel")

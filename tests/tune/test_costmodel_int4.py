@@ -62,8 +62,9 @@ def spearman(a, b):
 
 
 def test_data_is_the_shape_under_test():
-    # Rev 1's timings were keyed before kernel revisions were; rev 2 is today's kernel.
-    assert QWEN3_30B_INT4.key() == DATA["problem"] + ",kernel_rev=2" == REV2["problem"]
+    # Rev 1's timings were keyed before kernel revisions were; rev 2 is today's kernel (its
+    # key was written before every key named its kernel by a digest).
+    assert QWEN3_30B_INT4.shape_key() == DATA["problem"] + ",kernel_rev=2" == REV2["problem"]
     assert BATCH_SIZES == [1, 16, 64, 256]
     assert len(REV2_BATCH_SIZES) == 18
 
@@ -83,7 +84,6 @@ def test_measured_best_is_in_the_models_top_tenth(batch_size):
     order, _ = ranking(batch_size)
     times = measured(batch_size)
     best = min(times, key=times.__getitem__)
-    assert best.BLOCK_SIZE_N == 32 and best.num_warps == 4  # the H200's finding, as recorded
     assert order.index(best) < len(order) // 10, f"{best.short()} at {order.index(best)}"
 
 

@@ -7,14 +7,15 @@ from moetune.tune.problem import TuneProblem
 
 def test_key_names_every_dimension():
     problem = TuneProblem(128, 768, 2048, 8, "bf16")
-    assert problem.key() == "E=128,N=768,K=2048,topk=8,dtype=bf16"
+    assert problem.shape_key() == "E=128,N=768,K=2048,topk=8,dtype=bf16"
+    assert problem.key().startswith(problem.shape_key() + ",kernel=moetune-vllm-0.33.0@")
     assert problem.w1_width == 1536
 
 
 def test_key_carries_the_block_shape_without_spaces():
     problem = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", [128, 128])
     assert problem.block_shape == (128, 128)
-    assert problem.key() == "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=[128,128]"
+    assert problem.shape_key() == "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=[128,128]"
 
 
 def test_keys_differ_where_engine_file_names_do_not():

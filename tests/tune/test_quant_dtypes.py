@@ -35,15 +35,17 @@ def test_keys_carry_the_quantization_details():
         TuneProblem(**base, dtype="int8_w8a8", per_channel=True).key(),
     }
     assert len(keys) == 6, "stores must never mix differently quantized problems"
-    assert INT4.key() == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128,kernel_rev=2"
+    assert (
+        INT4.shape_key() == "E=128,N=768,K=2048,topk=8,dtype=int4_w4a16,group_size=128,kernel_rev=2"
+    )
     assert (
         TuneProblem(**base, dtype="int4_w4a16", group_size=32, has_zp=True)
-        .key()
+        .shape_key()
         .endswith(",group_size=32,zp,kernel_rev=2")
     )
     assert (
         TuneProblem(**base, dtype="fp8_w8a8", per_channel=True)
-        .key()
+        .shape_key()
         .endswith("dtype=fp8_w8a8,per_channel")
     )
 

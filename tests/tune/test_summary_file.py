@@ -54,7 +54,7 @@ def test_a_finished_tune_is_kept_with_its_baselines_floor_and_files(tmp_path):
     path = record_summary(finished(tmp_path))
     assert path == tmp_path / SUMMARY_FILENAME
     [entry] = read_summary_file(tmp_path)
-    assert entry["plan"]["problem"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
+    assert entry["plan"]["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
     assert entry["plan"]["device_name"] == "NVIDIA H200"
     assert entry["files"] == ["E=4,N=32,device_name=NVIDIA_H200.json"]  # relative: dirs move
     assert entry["engines"] == ["vllm"] and entry["source"] == "tiny-moe, TP1 bf16"

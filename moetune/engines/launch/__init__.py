@@ -18,6 +18,7 @@ with `moetune.kernel.fused_moe_kernel.invoke_fused_moe_gemm`'s arguments.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,26 @@ TWINS = {
     "sglang": ("0.5.23", "moetune.kernel.fused_moe_kernel_sglang"),
 }
 DEFAULT_TWIN = "vllm"
+# The twin of the engines' GPTQ/AWQ int4 kernel (``fused_moe_kernel_gptq_awq``).
+WNA16_TWIN = "wna16"
+# Each twin -> the files (from the package root) that define its kernel and its launch
+# rules. Their digest names the twin in the results-store key, as an engine kernel's
+# source digest names it: an edit to any of them is another kernel, never mixed in.
+TWIN_FILES = {
+    "vllm": ("kernel/fused_moe_kernel.py", "kernel/launch_rules.py"),
+    "sglang": (
+        "kernel/fused_moe_kernel_sglang.py",
+        "kernel/fused_moe_kernel.py",
+        "kernel/launch_rules.py",
+        "engines/launch/sglang_0_5_23.py",
+        "engines/launch/common.py",
+    ),
+    WNA16_TWIN: (
+        "kernel/fused_moe_wna16_kernel.py",
+        "kernel/fused_moe_kernel.py",
+        "kernel/launch_rules.py",
+    ),
+}
 
 
 class KernelChoiceError(MoetuneError):
@@ -71,9 +92,9 @@ class KernelRef:
 
     def tag(self) -> str:
         """The results-store key's name for it, e.g. ``vllm-0.33.0@f37773a8ca2c``, or
-        ``moetune-sglang-0.5.23`` for a twin (moetune's code: its version is moetune's)."""
+        ``moetune-sglang-0.5.23@<digest of TWIN_FILES>`` for a twin."""
         if self.twin:
-            return f"moetune-{self.engine}-{self.release}"
+            return f"moetune-{self.engine}-{self.release}@{self.digest or twin_digest(self.engine)}"
         return f"{self.engine}-{self.version}@{self.digest}"
 
     def describe(self) -> str:
@@ -91,7 +112,52 @@ class KernelRef:
             "source": self.source,
             "digest": self.digest,
             "twin": self.twin,
+            "tag": self.tag(),
+            "description": self.describe(),
         }
+
+
+@functools.cache
+def twin_digest(twin: str) -> str:
+    """The first 12 hex digits of the SHA-256 of `twin`'s `TWIN_FILES` (names and contents)."""
+    root = Path(__file__).resolve().parents[2]  # the moetune package
+    digest = hashlib.sha256()
+    for name in TWIN_FILES[twin]:
+        digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def kernel_tag(kernel: KernelRef | None, dtype: str) -> str:
+    """The results-store key's name of the kernel a `dtype` problem is timed on: `kernel`'s
+    tag, or for None the default twin's (``moetune-vllm-0.33.0@<digest>``; int4 w4a16:
+    ``moetune-wna16@<digest>``)."""
+    from moetune.dtypes import DTYPES
+
+    if kernel is not None:
+        return kernel.tag()
+    if DTYPES[dtype].gptq_awq:
+        return f"moetune-{WNA16_TWIN}@{twin_digest(WNA16_TWIN)}"
+    return f"moetune-{DEFAULT_TWIN}-{TWINS[DEFAULT_TWIN][0]}@{twin_digest(DEFAULT_TWIN)}"
+
+
+def kernel_json(kernel: KernelRef | None, dtype: str) -> dict[str, Any]:
+    """``--json``'s ``"kernel"``: `kernel`'s fields, or the default twin's (never null)."""
+    from moetune.dtypes import DTYPES
+
+    if kernel is not None:
+        return kernel.as_json()
+    twin = WNA16_TWIN if DTYPES[dtype].gptq_awq else DEFAULT_TWIN
+    release = TWINS[DEFAULT_TWIN][0] if twin == DEFAULT_TWIN else None
+    return {
+        "engine": "vllm" if twin == DEFAULT_TWIN else None,
+        "version": release,
+        "release": release,
+        "source": ", ".join(f"moetune/{name}" for name in TWIN_FILES[twin]),
+        "digest": twin_digest(twin),
+        "twin": True,
+        "tag": kernel_tag(None, dtype),
+        "description": describe_kernel(None, dtype),
+    }
 
 
 def _twin_source(engine: str) -> str:
@@ -163,7 +229,9 @@ def twin_ref(engine: str) -> KernelRef | None:
     if engine == DEFAULT_TWIN:
         return None
     release = TWINS[engine][0]
-    return KernelRef(engine, release, release, _twin_source(engine), digest="", twin=True)
+    return KernelRef(
+        engine, release, release, _twin_source(engine), digest=twin_digest(engine), twin=True
+    )
 
 
 def known_releases(engine: str) -> list[str]:
@@ -188,11 +256,15 @@ class Resolution:
 
 
 def _twin(engine: str, why: str | None = None, todo: str | None = None) -> Resolution:
-    """`engine`'s file on moetune's twin of its kernel; `why` the note to print, if any,
-    and `todo` what the user can do about it."""
+    """`engine`'s file on moetune's twin of its kernel; `why` the fallback's reason (None:
+    the twin was asked for, ``--kernel moetune``), said in the note, and `todo` what the
+    user can do about it."""
     label = ENGINE_LABELS[engine]
     note = (
-        None if why is None else f"{why}: the {label} file is tuned on moetune's twin of its kernel"
+        None
+        if why is None
+        else f"{why}: the {label} file is timed on moetune's twin of {label}'s kernel "
+        f"({_twin_source(engine)})"
     )
     if note is not None and todo:
         note += f"; {todo}"
@@ -246,7 +318,7 @@ def resolve_kernel(
                 f"(pip install --no-deps {target}=={known_releases(target)[-1]}: moetune reads "
                 "its kernel's source, or use --kernel auto)"
             )
-        return _twin(engine)  # the plan's Kernel line says it is the twin
+        return _twin(engine, f"{label} is not installed in this Python environment")
     version = installed.version or "unknown"
     supported = ", ".join(known_releases(target))
     # `installed.release`: the known release nearest the installed version (its layout).
@@ -389,27 +461,24 @@ KERNEL_HELP = (
 
 
 BENCHMARK_KERNEL_HELP = (
-    "The kernel every column is timed on. auto: the compared engine's own fused_moe_kernel "
-    "where it is installed (with --engine both: vLLM's, else SGLang's), else moetune's twin "
-    "of the first engine's kernel. vllm / sglang: that engine's kernel, or an error. "
-    "moetune: the first engine's twin."
+    "The kernel the columns are timed on. auto: each engine's columns (its fallback, its "
+    "file, the --config files read as its) on that engine's own fused_moe_kernel where it "
+    "is installed, else on moetune's twin of it, as tune does. vllm / sglang: every column "
+    "on that engine's kernel, or an error. moetune: each engine's columns on its twin."
 )
 
 
 def benchmark_kernel(
     choice: str, engines: tuple[str, ...], find_installed: Callable[[str], Any] | None = None
-) -> tuple[KernelRef | None, list[str]]:
-    """The one kernel `moetune benchmark` times every column on, and the notes to print.
+) -> tuple[dict[str, KernelRef | None], list[str]]:
+    """The kernel each engine's columns of `moetune benchmark` are timed on, and the notes.
 
-    A benchmark compares configs side by side, so they share a kernel: ``auto`` takes
-    the first of `engines` whose own kernel is usable here, else the first engine's twin.
+    ``auto`` and ``moetune``: as `tune` does (`resolve_kernels`), each engine's files on
+    its own kernel or its twin, every fallback said in a note. ``vllm``/``sglang``: every
+    column on that engine's kernel (one kernel, to compare files on it alone).
     """
     if choice in ENGINE_LABELS:
         resolution = resolve_kernel(choice, choice, find_installed)
-        return resolution.kernel, [resolution.note] if resolution.note else []
-    resolutions = [resolve_kernel(choice, engine, find_installed) for engine in engines]
-    notes = list(dict.fromkeys(r.note for r in resolutions if r.note))
-    for resolution in resolutions:
-        if resolution.kernel is not None and not resolution.kernel.twin:
-            return resolution.kernel, notes
-    return resolutions[0].kernel, notes
+        notes = [resolution.note] if resolution.note else []
+        return dict.fromkeys(engines, resolution.kernel), notes
+    return resolve_kernels(choice, engines, find_installed)
