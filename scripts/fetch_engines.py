@@ -54,6 +54,7 @@ MEMBERS = {
         "vllm/triton_utils/",
         "vllm/utils/math_utils.py",
         "vllm/utils/platform_utils.py",
+        "vllm/models/deepseek_v41/quant_config.py",  # the backend table's fp4 experts
     ),
     "sglang": (
         "sglang/__init__.py",
@@ -62,6 +63,8 @@ MEMBERS = {
         "sglang/kernels/ops/moe/",
         "sglang/srt/layers/moe/moe_runner/triton_utils/",
         "sglang/srt/layers/moe/fused_moe_triton/",
+        "sglang/srt/arg_groups/model_overrides/",  # the backend table's sm100 overrides
+        "sglang/srt/layers/quantization/",  # ... and its quant methods' MoE runners
     ),
 }
 SUFFIXES = (".py", ".json")
