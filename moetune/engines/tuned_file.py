@@ -1,8 +1,9 @@
 """A tuned-config file as the engine reads it: per batch size, what the call launches with.
 
 vLLM reads one table for both GEMMs. SGLang reads ``<name>.json`` for the gate/up
-GEMM and, when ``<name>_down.json`` lies beside it, that table for the down GEMM;
-each table is looked up on its own, at the key nearest the live M
+GEMM and, when ``<name>_down.json`` lies beside it, that table for the down GEMM
+(else the up table again, ``USE_TMA`` included: `TunedFile.pick`); each table is
+looked up on its own, at the key nearest the live M
 (`moetune.engines.lookup.nearest_row`). SGLang's entries may carry ``"USE_TMA"``:
 in the down table since its split tuner, in the up table since PR #33559.
 
@@ -86,13 +87,18 @@ class TunedFile:
     def pick(self, batch_size: int) -> Candidate | Probe:
         """What the engine launches at `batch_size`: one config, or an up + down pair.
 
-        As SGLang does: each table's nearest row, the down row's BLOCK_SIZE_M forced
-        to the up row's (one alignment feeds both GEMMs); no down table, the up
-        config for both GEMMs, the down one without TMA.
+        As SGLang 0.5.23 does: each table's nearest row, the down row's BLOCK_SIZE_M
+        forced to the up row's (one alignment feeds both GEMMs). No down table: SGLang's
+        ``get_moe_configs(down_moe=True)`` hands back the up table, and
+        ``_prepare_fused_moe_run`` pops ``USE_TMA`` from each copy of the row, so an up
+        row with ``"USE_TMA": true`` runs both GEMMs with TMA (the up GEMM reading w1
+        through a descriptor and writing sorted rows, the down GEMM reading those rows
+        and w2 through descriptors), whatever its warning says ("reusing the tuned
+        up-projection config without TMA"); a row without it is one plain config.
         """
         up, up_tma = nearest_row(self.up, batch_size)
         if self.down is None:
-            return Probe("pair", up, True, up, False) if up_tma else up
+            return Probe("pair", up, True, up, True) if up_tma else up
         down, down_tma = nearest_row(self.down, batch_size)
         down = replace(down, BLOCK_SIZE_M=up.BLOCK_SIZE_M)
         return Probe("pair", up, up_tma, down, down_tma)

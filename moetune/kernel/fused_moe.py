@@ -120,6 +120,13 @@ def naive_assignment(
     return launch_rules.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
 
 
+def _sized(engine_gemm, rule: str, *args: int) -> int | None:  # noqa: ANN001
+    """An engine release's own buffer size (`rule` of its launch module, e.g. SGLang's
+    ``align_slots``), or None where the release or moetune's kernel has none."""
+    sizing = getattr(getattr(engine_gemm, "release", None), rule, None)
+    return None if sizing is None else sizing(*args)
+
+
 def fused_experts(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -207,13 +214,21 @@ def fused_experts(
         )
     else:
         sorted_ids, expert_ids, num_post_padded = align_block_size(
-            topk_ids, split.up["BLOCK_SIZE_M"], num_experts
+            topk_ids,
+            split.up["BLOCK_SIZE_M"],
+            num_experts,
+            _sized(engine_gemm, "align_slots", num_slots, split.up["BLOCK_SIZE_M"], num_experts),
         )
     new_buffer = torch.zeros if ids_may_be_nonlocal else torch.empty
-    # Sorted layout: one row per sorted position. SGLang sizes it M*top_k +
-    # min(M*top_k, E+1)*(BLOCK_SIZE_M-1) because its alignment keeps other ranks'
-    # slots as an extra expert; ours skips them, so its own static bound is exact.
-    gate_up_rows = sorted_ids.shape[0] if split.down_tma else num_slots
+    # Sorted layout (down TMA): one row per sorted position, as many rows as the
+    # engine allocates (SGLang: `sorted_rows`; its down GEMM's GDC_EARLY counts them),
+    # else as many as there are sorted positions.
+    gate_up_rows = num_slots
+    if split.down_tma:
+        engine_rows = _sized(
+            engine_gemm, "sorted_rows", num_slots, split.up["BLOCK_SIZE_M"], num_experts
+        )
+        gate_up_rows = sorted_ids.shape[0] if engine_rows is None else engine_rows
     gate_up = new_buffer(gate_up_rows, two_n, dtype=x.dtype, device=x.device)
     down = new_buffer(num_tokens, top_k, hidden, dtype=x.dtype, device=x.device)
     alignment = dict(

@@ -139,9 +139,11 @@ def engine_baselines(
         if found is None:
             continue
         paired = down_found is not None
+        # No _down file: SGLang reads the up table for the down GEMM, USE_TMA included.
+        reused_tma = engine == "sglang" and not paired and sglang.tma_batch_sizes(Path(found))
         try:
-            if paired and pair_down_tables:
-                tuned = load_tuned_file(Path(found), Path(down_found))
+            if (paired or reused_tma) and pair_down_tables:
+                tuned = load_tuned_file(Path(found), Path(down_found) if paired else None)
                 configs: dict[int, Candidate | Probe | None] = {
                     m: tuned.pick(m) for m in batch_sizes
                 }

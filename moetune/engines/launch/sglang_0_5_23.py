@@ -38,6 +38,29 @@ def naive_assignment(
     return False
 
 
+def align_slots(num_slots: int, block_size_m: int, num_experts: int) -> int:
+    """``len(sorted_token_ids)`` as SGLang's ``moe_align_block_size`` allocates it.
+
+    It keeps a bucket for other ranks' slots (E + 1 experts), so past E + 1 slots the
+    length is ``slots + (E + 1) * (BLOCK_SIZE_M - 1)``, below it ``slots * BLOCK_SIZE_M``;
+    rounded up to a multiple of 4 (its kernel pads with int4 stores). The GEMM's grid
+    is ``cdiv(len, BLOCK_SIZE_M)`` row blocks: the extra ones exit at once.
+    """
+    if num_slots < num_experts + 1:
+        padded = num_slots * block_size_m
+    else:
+        padded = num_slots + (num_experts + 1) * (block_size_m - 1)
+    return (padded + 3) // 4 * 4
+
+
+def sorted_rows(num_slots: int, block_size_m: int, num_experts: int) -> int:
+    """Rows of the gate/up output and the activation when the down GEMM reads them
+    through TMA (``total_tokens`` of ``_fused_moe_kernel_sequence``): the slots plus
+    ``BLOCK_SIZE_M - 1`` padding rows for each of at most E + 1 experts. The down GEMM's
+    ``GDC_EARLY`` counts these rows."""
+    return num_slots + min(num_slots, num_experts + 1) * (block_size_m - 1)
+
+
 def swap_ab(config: dict, quant_dtype: str | None, capability: tuple[int, int] | None) -> bool:
     """SGLang's ``should_enable_swap_ab``: fp8 on sm90 with a thin M tile and a wide N tile."""
     return (

@@ -269,7 +269,7 @@ def split_fused_experts(
         weights,
         ids,
         config=config,
-        down_config=None if down_config == config else down_config,
+        down_config=down_config,
         quant=data.quant,
         gemm=data.gemm,
     )
