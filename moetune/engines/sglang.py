@@ -282,6 +282,25 @@ def tma_batch_sizes(path: Path) -> list[int]:
     )
 
 
+# Keys an entry may carry that SGLang 0.5.23's launch hands its kernel (``**config``),
+# which declares no such parameter: Triton raises KeyError ("Keyword argument SPLIT_K
+# was specified but unrecognised") at the first call. vLLM's kernel declares SPLIT_K.
+KERNEL_REFUSES = ("SPLIT_K",)
+
+
+def entry_refusal(table: Mapping[int, Mapping[str, object]]) -> str | None:
+    """Why SGLang 0.5.23 cannot launch a table read by `moetune.engines.tables`, or None."""
+    for key, entry in table.items():
+        refused = [name for name in KERNEL_REFUSES if name in entry]
+        if refused:
+            return (
+                f'batch size {key}: config "{refused[0]}": SGLang passes every key of an entry '
+                "to its fused_moe_kernel, which has no such parameter (Triton raises KeyError "
+                "at the first call)"
+            )
+    return None
+
+
 def down_fallback(up_found: Path | None) -> str:
     """What SGLang 0.5.23 runs for the down GEMM without a ``_down`` file.
 

@@ -33,6 +33,7 @@ from moetune.engines.formats import DOWN_SUFFIX, VERSION_KEY, engine_format
 from moetune.engines.install import backup_stamp, write_keeping_backup
 from moetune.engines.lookup import TRITON_LAUNCH_DEFAULTS, nearest_row
 from moetune.engines.sglang import down_name
+from moetune.engines.sglang import entry_refusal as sglang_entry_refusal
 from moetune.engines.tables import (
     TunedConfigError,
     check_table,
@@ -69,9 +70,14 @@ def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
         raise MoetuneError(f"{path}: batch size {key}: {exc}") from None
 
 
-def _table(path: Path, *, down: bool) -> dict[int, Entry]:
-    """The file at `path`, checked (`moetune.engines.tables`), as rows moetune can time."""
+def _table(path: Path, *, down: bool, engine: str | None = None) -> dict[int, Entry]:
+    """The file at `path`, checked (`moetune.engines.tables`), as rows moetune can time;
+    `engine` "sglang": also refused where SGLang's launch would fail on it."""
     table = read_table(path, down=down)
+    if engine == "sglang":
+        reason = sglang_entry_refusal(table)
+        if reason:
+            raise MoetuneError(f"{path}: {reason}")
     return {key: parse_entry(path, key, value) for key, value in table.items()}
 
 
@@ -104,8 +110,14 @@ class TunedFile:
         return Probe("pair", up, up_tma, down, down_tma)
 
 
-def load_tuned_file(path: Path, down_path: Path | None = None) -> TunedFile:
-    """`path` with its ``_down`` table: `down_path`, else the one beside it, if any."""
+def load_tuned_file(
+    path: Path, down_path: Path | None = None, *, engine: str | None = None
+) -> TunedFile:
+    """`path` with its ``_down`` table: `down_path`, else the one beside it, if any.
+
+    `engine` "sglang": a file SGLang 0.5.23 would fail to launch (`sglang.entry_refusal`)
+    is a `MoetuneError`; None (a file of either engine) reads what either engine reads.
+    """
     if path.name.endswith(DOWN_SUFFIX):
         main = path.name.removesuffix(DOWN_SUFFIX) + ".json"
         raise MoetuneError(
@@ -114,8 +126,8 @@ def load_tuned_file(path: Path, down_path: Path | None = None) -> TunedFile:
         )
     if down_path is None and down_table_path(path).exists():
         down_path = down_table_path(path)
-    up = _table(path, down=False)
-    down = _table(down_path, down=True) if down_path is not None else None
+    up = _table(path, down=False, engine=engine)
+    down = _table(down_path, down=True, engine=engine) if down_path is not None else None
     return TunedFile(path, up, down, down_path)
 
 

@@ -38,7 +38,7 @@ from moetune.kernel.quant import (
 )
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
-from moetune.kernel.tma import SplitConfigs, check_tma_request, split_configs
+from moetune.kernel.tma import SplitConfigError, SplitConfigs, check_tma_request, split_configs
 
 if TYPE_CHECKING:
     import torch
@@ -199,8 +199,15 @@ def fused_experts(
         gemm = gemm_launcher(quant)
     topk_weights = topk_weights.contiguous()
     split = split_configs(config, down_config)
-    if split.up_tma or split.down_tma:
-        check_tma_request(quant_dtype, block_shape)  # before any launch
+    if split.up_tma or split.down_tma:  # before any launch
+        tma_rule = getattr(getattr(engine_gemm, "release", None), "tma_refusal", None)
+        if tma_rule is None:  # moetune's kernel: its own rule
+            check_tma_request(quant_dtype, block_shape)
+        else:  # an engine's launch: the engine's rule, and this Triton's descriptors
+            reason = tma_rule(quant_dtype, block_shape)
+            if reason:
+                raise SplitConfigError(reason)
+            check_tma_request(None, None)
 
     num_slots = num_tokens * top_k
     if not ids_may_be_nonlocal and naive_assignment(

@@ -108,6 +108,22 @@ def test_a_missing_down_file_with_up_tma_entries_says_sglang_runs_the_down_gemm_
     )
 
 
+def test_check_calls_a_file_sglangs_launch_would_fail_on_invalid(tmp_path):
+    from moetune.engines.check import checked
+
+    root = layout(tmp_path, "triton_3_6_0")
+    tile = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
+    path = root / "configs" / "triton_3_6_0" / NAME
+    path.write_text(json.dumps({"1": tile}))
+    up, _ = sglang.lookup_pair(NAME, "3.6.0", env={}, package=root)
+    assert checked(up, "sglang").invalid is None
+    path.write_text(json.dumps({"1": tile, "8": {**tile, "SPLIT_K": 1}}))
+    assert checked(up, "sglang").invalid == (
+        f'{path}: batch size 8: config "SPLIT_K": SGLang passes every key of an entry to its '
+        "fused_moe_kernel, which has no such parameter (Triton raises KeyError at the first call)"
+    )
+
+
 def test_folders_sglang_cannot_sort_and_a_missing_configs_folder_are_reported(tmp_path):
     root = layout(tmp_path, "triton_3_5_1", "triton_3_5_1_post1")
     (root / "configs" / "triton_3_5_1_post1" / NAME).unlink()

@@ -16,8 +16,10 @@ import torch
 
 from moetune.engines.launch import EngineGemm, sglang_0_5_23, twin_ref
 from moetune.engines.tuned_file import load_tuned_file
+from moetune.errors import MoetuneError
 from moetune.kernel.align import align_block_size
 from moetune.kernel.problem import make_problem
+from moetune.kernel.tma import SplitConfigError
 from moetune.tune.measure.probe_timing import split_fused_experts
 
 # The recorder computes nothing: the activation reads uninitialised buffers.
@@ -156,3 +158,62 @@ def test_without_tma_the_down_gemms_rows_are_the_slots():
 def test_no_programmatic_dependent_launch_before_hopper():
     up, down = run_layer(16, {"BLOCK_SIZE_M": 16, **TILE}, capability=(8, 0))
     assert not {"USE_GDC", "GDC_EARLY", "launch_pdl"} & (up.kwargs.keys() | down.kwargs.keys())
+
+
+def quantized_layer(dtype, N=64, block_shape=None, M=16):  # noqa: ANN001, ANN201
+    p = make_problem(M, 8, N, 256, 2, dtype, block_shape, device="cpu", seed=3)
+    weights, ids = torch.softmax(p.router_logits.float(), -1).topk(2)
+    return p, weights, ids.to(torch.int32)
+
+
+@pytest.mark.parametrize(("dtype", "block_shape"), [("fp8_w8a8", None), ("int8_w8a8", None)])
+def test_sglang_runs_tma_with_per_tensor_fp8_and_int8(dtype, block_shape):
+    # SGLang's launcher builds the descriptors for these too (issue 33: moetune refused them).
+    p, weights, ids = quantized_layer(dtype, block_shape=block_shape)
+    config = {"BLOCK_SIZE_M": 16, **TILE, "USE_TMA": True}
+    gemm, recorder = recording_gemm()
+    data = SimpleNamespace(x=p.x, w1=p.w1, w2=p.w2, quant=p.quant, gemm=gemm)
+    split_fused_experts(data, weights, ids, config, config)
+    up, down = recorder.launches
+    assert up.args[3] is not None and up.kwargs["c_sorted"] is True
+    assert down.args[1] is not None and down.args[3] is not None
+    # moetune's own kernel still refuses them (its rule, moetune.kernel.tma)
+    data = SimpleNamespace(x=p.x, w1=p.w1, w2=p.w2, quant=p.quant, gemm=None)
+    with pytest.raises(SplitConfigError, match="USE_TMA is supported for"):
+        split_fused_experts(data, weights, ids, config, config)
+
+
+@pytest.mark.parametrize("N", [192, 320])
+def test_sglang_refuses_block_fp8_with_an_intermediate_size_off_the_block(N):
+    p, weights, ids = quantized_layer("fp8_w8a8", N=N, block_shape=(128, 128))
+    gemm, recorder = recording_gemm()
+    data = SimpleNamespace(x=p.x, w1=p.w1, w2=p.w2, quant=p.quant, gemm=gemm)
+    with pytest.raises(ValueError, match=f"intermediate size of {N} per rank: not a multiple"):
+        split_fused_experts(data, weights, ids, {"BLOCK_SIZE_M": 16, **TILE}, None)
+    assert recorder.launches == []
+
+
+def test_block_fp8_on_the_block_runs():
+    p, weights, ids = quantized_layer("fp8_w8a8", N=256, block_shape=(128, 128))
+    gemm, recorder = recording_gemm()
+    data = SimpleNamespace(x=p.x, w1=p.w1, w2=p.w2, quant=p.quant, gemm=gemm)
+    split_fused_experts(data, weights, ids, {"BLOCK_SIZE_M": 16, **TILE}, None)
+    assert len(recorder.launches) == 2
+
+
+def test_an_entry_key_the_kernel_lacks_reaches_it_as_in_sglang():
+    # SGLang splats the entry into the launch: SPLIT_K reaches the kernel (a KeyError there).
+    up, down = run_layer(16, {"BLOCK_SIZE_M": 16, **TILE, "SPLIT_K": 1})
+    assert up.kwargs["SPLIT_K"] == 1 == down.kwargs["SPLIT_K"]
+
+
+def test_a_file_with_split_k_is_refused_as_sglangs(tmp_path):
+    path = tmp_path / "E=8,N=64,device_name=NVIDIA_H200.json"
+    path.write_text(
+        json.dumps(
+            {"16": {"BLOCK_SIZE_M": 16, **TILE}, "64": {**TILE, "BLOCK_SIZE_M": 32, "SPLIT_K": 1}}
+        )
+    )
+    with pytest.raises(MoetuneError, match='batch size 64: config "SPLIT_K": SGLang passes'):
+        load_tuned_file(path, engine="sglang")
+    assert load_tuned_file(path).pick(64).BLOCK_SIZE_M == 32  # vLLM's kernel takes SPLIT_K

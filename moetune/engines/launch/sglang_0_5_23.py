@@ -5,9 +5,16 @@ the kernel is compiled from the installed file (`moetune.engines.source`), never
 copied. What the launch decides, for the default serving path (no LoRA outputs, no
 fused SwiGLU, no fused sum-all-reduce, no MoE padding):
 
-- alignment always (``moe_align_block_size``): no naive path;
+- alignment always (``moe_align_block_size``): no naive path; ``sorted_token_ids``
+  as long as SGLang allocates it (`align_slots`: a bucket for other ranks' slots),
+  and, under down TMA, the sorted intermediates as many rows as it allocates
+  (`sorted_rows`), which the down GEMM's ``GDC_EARLY`` counts;
 - EM = ``len(sorted_token_ids)``, uncapped, and ``even_Ks`` when K is a multiple of
-  ``BLOCK_SIZE_K``;
+  ``BLOCK_SIZE_K``; the grid ``cdiv(EM, BLOCK_SIZE_M) * cdiv(N, BLOCK_SIZE_N)``;
+- the entry splatted into the launch (``**config``): a key the kernel lacks, such as
+  vLLM's ``SPLIT_K``, fails as it fails in SGLang (Triton's KeyError);
+- TMA for every dtype the kernel runs (`tma_refusal`), block fp8 only where the
+  intermediate size is a multiple of the weight block's N (`layer_refusal`);
 - ``swap_ab`` for fp8_w8a8 on sm90 with ``BLOCK_SIZE_M < 64`` and ``BLOCK_SIZE_N >= 64``;
 - TMA (``USE_TMA`` in a tuned entry): the up GEMM reads w1 through a descriptor; a
   TMA down entry makes the up GEMM write sorted rows (``c_sorted``) and the down GEMM
@@ -80,6 +87,36 @@ def refusal(config: dict, quant_dtype: str | None) -> str | None:
     return None
 
 
+def tma_refusal(quant_dtype: str | None, block_shape: Any) -> str | None:
+    """Why SGLang 0.5.23 would not read this dtype's operands through TMA, or None.
+
+    Its launcher builds the descriptors for every dtype ``fused_moe_kernel`` runs (bf16,
+    fp16, fp8 and int8 w8a8 per tensor, per channel or per block, int8 w8a16); the
+    kernel's block-fp8 ``assert`` on ``a_desc`` is compiled only in debug builds. Where
+    the activation scale is per token, the down GEMM then reads it by slot while A is in
+    sorted order: the numbers are wrong, and moetune's check against the reference
+    rejects such a config (SGLang would serve it).
+    """
+    return refusal({}, quant_dtype)
+
+
+def layer_refusal(intermediate: int, quant_dtype: str | None, block_shape: Any) -> str | None:
+    """Why SGLang 0.5.23 refuses to load this layer at all, or None.
+
+    Its fp8 MoE method (``Fp8MoEMethod.create_weights``) requires the per-rank
+    intermediate size to be a multiple of the weight block's N (at TP > 1 also of its K,
+    which a single layer cannot tell).
+    """
+    if quant_dtype == "fp8_w8a8" and block_shape is not None and block_shape[0]:
+        if intermediate % block_shape[0]:
+            return (
+                f"SGLang refuses block-quantized fp8 with an intermediate size of "
+                f"{intermediate} per rank: not a multiple of the weight block's N "
+                f"{block_shape[0]} (Fp8MoEMethod.create_weights)"
+            )
+    return None
+
+
 def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = None) -> Any:
     """Launch SGLang 0.5.23's `kernel` on `call` as its launcher does.
 
@@ -89,7 +126,9 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
     import triton
 
     config, quant_dtype, block_shape = call.config, call.quant_dtype, call.block_shape
-    reason = refusal(config, quant_dtype)
+    # SGLang's up GEMM never multiplies by the routing weight, its down GEMM always does.
+    intermediate = call.k if call.mul_routed_weight else call.n // 2
+    reason = refusal(config, quant_dtype) or layer_refusal(intermediate, quant_dtype, block_shape)
     if reason:
         raise ValueError(reason)
     if call.sorted_token_ids is None:
@@ -111,7 +150,7 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
     w_scale = call.w_scale
     three_d_w_scale = w_scale is not None and w_scale.ndim == 3
     two_d_w_scale = w_scale is not None and w_scale.ndim >= 2
-    meta = {key: value for key, value in config.items() if key != "SPLIT_K"}
+    meta = dict(config)  # SGLang splats the entry: a key its kernel lacks raises KeyError
     kernel[grid](
         a,
         a_desc,
