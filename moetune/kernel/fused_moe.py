@@ -199,6 +199,10 @@ def fused_experts(
         gemm = gemm_launcher(quant)
     topk_weights = topk_weights.contiguous()
     split = split_configs(config, down_config)
+    layer_rule = getattr(getattr(engine_gemm, "release", None), "layer_refusal", None)
+    reason = None if layer_rule is None else layer_rule(n, quant_dtype, block_shape)
+    if reason:  # a layer the engine refuses to load is never timed
+        raise SplitConfigError(reason)
     if split.up_tma or split.down_tma:  # before any launch
         tma_rule = getattr(getattr(engine_gemm, "release", None), "tma_refusal", None)
         if tma_rule is None:  # moetune's kernel: its own rule
@@ -250,7 +254,8 @@ def fused_experts(
         a_scale=a1_scale,
         w_scale=w1_scale,
         **weight_launch_args(quant, quant.w1_zp if quant is not None else None),
-        topk_weights=None,
+        # The engines pass the routing weights to the up GEMM too (unused there).
+        topk_weights=None if engine_gemm is None else topk_weights,
         mul_routed_weight=False,
         top_k=top_k,
         config=split.up,
@@ -282,7 +287,9 @@ def fused_experts(
         w_use_tma=split.down_tma,
         **alignment,
     )
-    return moe_sum(down)
+    # The top-k sum: the engine release's own where it has one (SGLang's), else moetune's.
+    combine = getattr(getattr(engine_gemm, "release", None), "combine", None)
+    return moe_sum(down) if combine is None else combine(down, engine_gemm)
 
 
 def fused_moe(

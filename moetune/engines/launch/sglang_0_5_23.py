@@ -25,6 +25,7 @@ fused SwiGLU, no fused sum-all-reduce, no MoE padding):
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from moetune.dtypes import DTYPES
@@ -101,7 +102,8 @@ def tma_refusal(quant_dtype: str | None, block_shape: Any) -> str | None:
 
 
 def layer_refusal(intermediate: int, quant_dtype: str | None, block_shape: Any) -> str | None:
-    """Why SGLang 0.5.23 refuses to load this layer at all, or None.
+    """Why SGLang 0.5.23 refuses to load this layer at all, or None (`fused_experts` asks
+    before a layer's first launch; a lone GEMM is not a layer).
 
     Its fp8 MoE method (``Fp8MoEMethod.create_weights``) requires the per-rank
     intermediate size to be a multiple of the weight block's N (at TP > 1 also of its K,
@@ -126,9 +128,7 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
     import triton
 
     config, quant_dtype, block_shape = call.config, call.quant_dtype, call.block_shape
-    # SGLang's up GEMM never multiplies by the routing weight, its down GEMM always does.
-    intermediate = call.k if call.mul_routed_weight else call.n // 2
-    reason = refusal(config, quant_dtype) or layer_refusal(intermediate, quant_dtype, block_shape)
+    reason = refusal(config, quant_dtype)
     if reason:
         raise ValueError(reason)
     if call.sorted_token_ids is None:
@@ -148,6 +148,10 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
     em = call.sorted_token_ids.shape[0]
     grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
     w_scale = call.w_scale
+    if call.per_channel and w_scale is not None and w_scale.ndim == 2:
+        w_scale = w_scale.unsqueeze(-1)  # SGLang keeps per-channel scales as [E, N, 1]
+    # The down GEMM's C is [M, top_k, K]: SGLang passes the layer's top-k as ROUTER_TOPK.
+    router_topk = call.c.shape[1] if call.mul_routed_weight and call.c.dim() == 3 else 1
     three_d_w_scale = w_scale is not None and w_scale.ndim == 3
     two_d_w_scale = w_scale is not None and w_scale.ndim >= 2
     meta = dict(config)  # SGLang splats the entry: a key its kernel lacks raises KeyError
@@ -157,7 +161,7 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         w,
         w_desc,
         None,
-        c2,
+        call.c,
         call.a_scale,
         w_scale,
         call.topk_weights,
@@ -172,8 +176,8 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         *operand_strides(a, w),
         0,
         0,
-        c2.stride(0),
-        c2.stride(1),
+        call.c.stride(-2),
+        call.c.stride(-1),
         *a_scale_strides(call.a_scale),
         w_scale.stride(0) if two_d_w_scale else 0,
         w_scale.stride(2) if three_d_w_scale else 0,
@@ -189,9 +193,80 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         A_OUTPUT_SLICE_K=0,
         MASK_OUTPUT=False,
         FUSE_SUM_ALL_REDUCE=False,
-        ROUTER_TOPK=1,
+        ROUTER_TOPK=router_topk,
         FUSE_SWIGLU=False,
         **pdl,
         **meta,
     )
     return call.c
+
+
+# SGLang's moe_combine_topk (CUDA): its Triton sum below this many tokens where the GPU
+# has programmatic dependent launch, sgl_kernel's compiled moe_sum_reduce above.
+SUM_TRITON_TOKENS = 32
+SUM_KERNEL = "_moe_sum_reduce_kernel"
+
+
+def combine(down: Any, gemm: Any) -> Any:
+    """The top-k sum after the down GEMM as SGLang 0.5.23 runs it (``moe_combine_topk``),
+    on `down` [M, top_k, K]; `gemm` is the `EngineGemm` the layer runs on.
+
+    - top-1: no sum (SGLang's down GEMM writes the output itself);
+    - top-2: ``torch.add`` of the two slots;
+    - at most 32 tokens on sm90+: SGLang's ``_moe_sum_reduce_kernel``, compiled from the
+      installed SGLang's source (`sum_kernel`) and launched as ``moe_sum_reduce_triton``
+      does (one token per program, 2048 columns, 16 warps, PDL);
+    - otherwise SGLang runs ``sgl_kernel.moe_sum_reduce`` (compiled CUDA, not in the
+      wheel), or before sm90 a ``torch.compile``'d sum: moetune's `moe_sum` stands in,
+      as it does for the Triton sum where SGLang is not installed (the twin).
+    """
+    import torch
+
+    from moetune.kernel.reduce import moe_sum
+
+    num_tokens, top_k, hidden = down.shape
+    if top_k == 1:
+        return down.view(num_tokens, hidden)
+    if top_k == 2:
+        return torch.add(down[:, 0], down[:, 1])
+    pdl = gemm.capability is not None and gemm.capability[0] >= 9
+    kernel = sum_kernel(gemm.ref) if num_tokens <= SUM_TRITON_TOKENS and pdl else None
+    if kernel is None:
+        return moe_sum(down)
+    import triton
+
+    down = down.contiguous()
+    out = torch.empty(num_tokens, hidden, dtype=down.dtype, device=down.device)
+    kernel[(num_tokens, triton.cdiv(hidden, 2048))](
+        down,
+        *down.stride(),
+        out,
+        *out.stride(),
+        token_num=num_tokens,
+        topk_num=top_k,
+        hidden_dim=hidden,
+        routed_scaling_factor=1.0,
+        BLOCK_M=1,
+        BLOCK_DIM=2048,
+        NUM_STAGE=1,
+        num_warps=16,
+        USE_GDC=True,
+        launch_pdl=True,
+    )
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def sum_kernel(ref: Any) -> Any:
+    """SGLang's Triton top-k sum compiled from the installed source `ref` names, or None
+    for the twin (SGLang not installed) or a source without it."""
+    if ref is None or ref.twin:
+        return None
+    from pathlib import Path
+
+    from moetune.engines.source import EngineSourceError, load_jit_functions
+
+    try:
+        return load_jit_functions(Path(ref.source), (SUM_KERNEL,))[SUM_KERNEL]
+    except EngineSourceError:
+        return None
