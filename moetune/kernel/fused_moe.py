@@ -13,7 +13,10 @@ token. int4 w4a16 runs its own GEMM kernel (``fused_moe_wna16_kernel``) on
 unquantized activations. `config` drives the up GEMM and, as in vLLM, also the down
 GEMM unless `down_config` (SGLang's ``_down.json`` entry) is given; either may carry
 SGLang's ``"USE_TMA"`` (`moetune.kernel.tma`). With TMA on the down GEMM, gate_up and
-act are in sorted, expert-contiguous order, ``len(sorted_token_ids)`` rows. Every step
+act are in sorted, expert-contiguous order, ``len(sorted_token_ids)`` rows. On an
+engine's kernel (`gemm`) the engine release decides what it owns: the length of
+``sorted_token_ids`` and of the sorted intermediates, a layer it refuses, the TMA rule,
+and the top-k sum (SGLang 0.5.23: `moetune.engines.launch.sglang_0_5_23`). Every step
 is a GPU kernel with static shapes and no host sync, so a call can be captured in
 a CUDA graph.
 """

@@ -217,3 +217,24 @@ def test_a_file_with_split_k_is_refused_as_sglangs(tmp_path):
     with pytest.raises(MoetuneError, match='batch size 64: config "SPLIT_K": SGLang passes'):
         load_tuned_file(path, engine="sglang")
     assert load_tuned_file(path).pick(64).BLOCK_SIZE_M == 32  # vLLM's kernel takes SPLIT_K
+
+
+@pytest.mark.parametrize(
+    ("top_k", "capability"), [(1, HOPPER), (2, HOPPER), (8, HOPPER), (8, None)]
+)
+def test_the_top_k_sum_is_sglangs_choice(top_k, capability):
+    # top-1: no sum; top-2: torch.add; more: SGLang's Triton sum on sm90+ where SGLang is
+    # installed (the twin has none: moetune's moe_sum stands in, as it does before sm90)
+    from moetune.kernel.reduce import moe_sum
+
+    gemm = EngineGemm(twin_ref("sglang"))
+    gemm.capability = capability
+    down = torch.randn(5, top_k, 40, generator=torch.Generator().manual_seed(top_k))
+    out = sglang_0_5_23.combine(down, gemm)
+    if top_k == 1:
+        assert out.data_ptr() == down.data_ptr() and out.shape == (5, 40)
+    elif top_k == 2:
+        assert torch.equal(out, down[:, 0] + down[:, 1])
+    else:
+        assert torch.equal(out, moe_sum(down))
+    assert sglang_0_5_23.sum_kernel(gemm.ref) is None  # the twin: SGLang is not installed

@@ -521,3 +521,12 @@ def test_the_early_trigger_is_caught(sglang, tmp_path, monkeypatch) -> None:  # 
     monkeypatch.setattr(sglang_0_5_23, "sorted_rows", max_padded_slots)
     found = differences(theirs, moetune_launches(layer, (9, 0)))
     assert "down: GDC_EARLY=True != SGLang's False" in found
+
+
+def test_the_top_k_sum_is_compiled_from_sglangs_source(sglang_installed) -> None:  # noqa: ANN001
+    from moetune.engines.launch import resolve_kernel
+
+    ref = resolve_kernel("sglang", "sglang").kernel
+    kernel = sglang_0_5_23.sum_kernel(ref)
+    assert Path(inspect.getsourcefile(kernel.fn)) == Path(sglang_installed.kernel_source)
+    assert list(inspect.signature(kernel.fn).parameters)[-2:] == ["NUM_STAGE", "USE_GDC"]
