@@ -437,7 +437,7 @@ def quantized_expert(dtype: tuple, N: int, K: int):  # noqa: ANN201
     return make_problem(1, 1, N, K, 1, name, block, device="cpu", per_channel=per_channel)
 
 
-def make_layer(dtype, E, top_k, kind, M, folder: Path, seed=0):  # noqa: ANN001, ANN201
+def make_layer(dtype, E, top_k, kind, M, folder: Path, seed=0, tables=None):  # noqa: ANN001, ANN201
     """A layer of `E` experts (weights allocated, never read: the kernel is recorded) and
     the tuned files of `kind` written where both SGLang and moetune read them."""
     name, block, per_channel = dtype
@@ -455,7 +455,7 @@ def make_layer(dtype, E, top_k, kind, M, folder: Path, seed=0):  # noqa: ANN001,
     x = torch.randn(M, K, generator=generator).to(torch.bfloat16)
     logits = torch.randn(M, E, generator=generator)
     weights, ids = torch.softmax(logits, -1).topk(top_k)
-    up, down = FILES[kind]
+    up, down = FILES[kind] if tables is None else tables
     path = None
     root = folder / "configs" / f"triton_{TRITON.replace('.', '_')}"
     root.mkdir(parents=True, exist_ok=True)
@@ -489,6 +489,32 @@ def test_each_launch_is_sglangs(sglang, tmp_path, monkeypatch, case) -> None:  #
     theirs = sglang.run(layer, monkeypatch)
     found = differences(theirs, moetune_launches(layer, capability))
     assert not found, "\n".join(found)
+
+
+def shipped_pairs(installed) -> list[tuple[Path, Path]]:  # noqa: ANN001
+    """SGLang's shipped up files with a ``_down`` twin beside them (not int4: another kernel)."""
+    folder = Path(installed.lookup_source).parent / "configs"
+    pairs = []
+    for down in sorted(folder.glob("triton_*/*_down.json")):
+        up = down.with_name(down.name.replace("_down.json", ".json"))
+        if up.is_file() and "int4" not in down.name:
+            pairs.append((up, down))
+    return pairs
+
+
+def test_sglangs_shipped_up_and_down_tables_launch_alike(
+    sglang, sglang_installed, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001, E501
+    # The shipped tables' rows (USE_TMA, BLOCK_SIZE_M overridden to the up row's) written
+    # under this layer's name: every launch at a few batch sizes, as SGLang makes it.
+    pairs = shipped_pairs(sglang_installed)
+    assert len(pairs) >= 10
+    for up, down in random.Random(5).sample(pairs, 3):
+        tables = (json.loads(up.read_text()), json.loads(down.read_text()))
+        for M in (1, 16, 117):
+            layer = make_layer(DTYPES[0], 8, 2, None, M, tmp_path, tables=tables)
+            found = differences(sglang.run(layer, monkeypatch), moetune_launches(layer, (9, 0)))
+            assert not found, f"{down.name} at M {M}:\n" + "\n".join(found)
 
 
 def test_a_wrong_grid_is_caught(sglang, tmp_path, monkeypatch) -> None:  # noqa: ANN001
