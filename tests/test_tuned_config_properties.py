@@ -183,8 +183,8 @@ def test_a_valid_table_round_trips_with_its_numbers(tmp_path, table):
         six = Candidate(**{k: entry[k] for k in SIX})
         tma = entry.get("USE_TMA", False)
         assert tuned.up[m] == (six, tma)
-        # No _down table: SGLang runs the down GEMM with the up config, without TMA.
-        assert tuned.pick(m) == (Probe("pair", six, True, six, False) if tma else six)
+        # No _down table: SGLang runs the down GEMM with the up row, its USE_TMA included.
+        assert tuned.pick(m) == (Probe("pair", six, True, six, True) if tma else six)
 
 
 @SETTINGS

@@ -174,10 +174,11 @@ def checked(lookup: Lookup, engine: str, *, down: bool = False) -> Lookup:
     if lookup.found is None:
         return lookup
     try:
-        read_table(lookup.found, engine, down=down)
+        table = read_table(lookup.found, engine, down=down)
     except TunedConfigError as exc:
         return replace(lookup, invalid=str(exc))
-    return lookup
+    refused = sglang.entry_refusal(table) if engine == "sglang" else None
+    return replace(lookup, invalid=f"{lookup.found}: {refused}") if refused else lookup
 
 
 def checked_vllm(lookup: Lookup, release: str, *, down: bool = False) -> Lookup:

@@ -16,7 +16,9 @@ Lookup, for the up file ``<name>.json`` and again for ``<name>_down.json``:
    be *newer* than the installed Triton). Releases up to 0.5.11 try a fixed
    list instead (3.4.0, 3.3.1, 3.2.0, 3.1.0);
 4. no file: the up GEMM uses `default_config`; a missing ``_down`` file makes
-   the down GEMM reuse the up config, without TMA.
+   the down GEMM reuse the up table's row, ``USE_TMA`` included (SGLang's warning
+   says "without TMA", its code copies the flag): an up row asking for TMA runs
+   the down GEMM with TMA and the up GEMM with sorted output (`down_fallback`).
 
 E and N come from w2's shape (``E, _, N = w2_shape``), so int4_w4a16 files are
 keyed on the packed N/2. The row used is the key nearest to M, separately in
@@ -28,6 +30,7 @@ shared memory per block are not.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -251,21 +254,71 @@ def lookup_pair(
         extra_dirs=extra_dirs,
         triton_fallback=triton_fallback,
     )
-    down_fallback = (
-        "the down GEMM reuses the up config, without TMA"
-        if up.present
-        else "the down GEMM reuses the up config (SGLang's default), without TMA"
-    )
     down = lookup(
         down_name(name),
         triton_version,
         env=env,
         package=package,
         extra_dirs=extra_dirs,
-        fallback=down_fallback,
+        fallback=down_fallback(up.found),
         triton_fallback=triton_fallback,
     )
     return up, down
+
+
+def tma_batch_sizes(path: Path) -> list[int]:
+    """The batch sizes whose entry in the table at `path` asks for ``"USE_TMA": true``
+    (none where the file cannot be read: `check` reports that file on its own)."""
+    try:
+        table = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return []
+    if not isinstance(table, dict):
+        return []
+    return sorted(
+        int(key)
+        for key, entry in table.items()
+        if key.isdigit() and isinstance(entry, dict) and entry.get("USE_TMA") is True
+    )
+
+
+# Keys an entry may carry that SGLang 0.5.23's launch hands its kernel (``**config``),
+# which declares no such parameter: Triton raises KeyError ("Keyword argument SPLIT_K
+# was specified but unrecognised") at the first call. vLLM's kernel declares SPLIT_K.
+KERNEL_REFUSES = ("SPLIT_K",)
+
+
+def entry_refusal(table: Mapping[int, Mapping[str, object]]) -> str | None:
+    """Why SGLang 0.5.23 cannot launch a table read by `moetune.engines.tables`, or None."""
+    for key, entry in table.items():
+        refused = [name for name in KERNEL_REFUSES if name in entry]
+        if refused:
+            return (
+                f'batch size {key}: config "{refused[0]}": SGLang passes every key of an entry '
+                "to its fused_moe_kernel, which has no such parameter (Triton raises KeyError "
+                "at the first call)"
+            )
+    return None
+
+
+def down_fallback(up_found: Path | None) -> str:
+    """What SGLang 0.5.23 runs for the down GEMM without a ``_down`` file.
+
+    ``get_moe_configs(down_moe=True)`` returns the up table and ``_prepare_fused_moe_run``
+    pops ``USE_TMA`` from the down copy of the row too: where an up entry asks for TMA,
+    the down GEMM runs with TMA (and the up GEMM writes sorted rows), whatever SGLang's
+    warning says.
+    """
+    if up_found is None:
+        return "the down GEMM reuses the up config (SGLang's default), without TMA"
+    tma = tma_batch_sizes(up_found)
+    if not tma:
+        return "the down GEMM reuses the up config, without TMA"
+    keys = ", ".join(map(str, tma[:6])) + (", ..." if len(tma) > 6 else "")
+    return (
+        "the down GEMM reuses the up config, USE_TMA included: where the up entry asks for "
+        f"TMA (M {keys}) the down GEMM runs with TMA and the up GEMM writes sorted rows"
+    )
 
 
 # `default_config` at each batch size: what the engine runs with no tuned file.

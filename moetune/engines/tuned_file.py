@@ -1,8 +1,9 @@
 """A tuned-config file as the engine reads it: per batch size, what the call launches with.
 
 vLLM reads one table for both GEMMs. SGLang reads ``<name>.json`` for the gate/up
-GEMM and, when ``<name>_down.json`` lies beside it, that table for the down GEMM;
-each table is looked up on its own, at the key nearest the live M
+GEMM and, when ``<name>_down.json`` lies beside it, that table for the down GEMM
+(else the up table again, ``USE_TMA`` included: `TunedFile.pick`); each table is
+looked up on its own, at the key nearest the live M
 (`moetune.engines.lookup.nearest_row`). SGLang's entries may carry ``"USE_TMA"``:
 in the down table since its split tuner, in the up table since PR #33559.
 
@@ -32,6 +33,7 @@ from moetune.engines.formats import DOWN_SUFFIX, VERSION_KEY, engine_format
 from moetune.engines.install import backup_stamp, write_keeping_backup
 from moetune.engines.lookup import TRITON_LAUNCH_DEFAULTS, nearest_row
 from moetune.engines.sglang import down_name
+from moetune.engines.sglang import entry_refusal as sglang_entry_refusal
 from moetune.engines.tables import (
     TunedConfigError,
     check_table,
@@ -69,9 +71,14 @@ def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
         raise MoetuneError(f"{path}: batch size {key}: {exc}") from None
 
 
-def _table(path: Path, *, down: bool) -> dict[int, Entry]:
-    """The file at `path`, checked (`moetune.engines.tables`), as rows moetune can time."""
+def _table(path: Path, *, down: bool, engine: str | None = None) -> dict[int, Entry]:
+    """The file at `path`, checked (`moetune.engines.tables`), as rows moetune can time;
+    `engine` "sglang": also refused where SGLang's launch would fail on it."""
     table = read_table(path, down=down)
+    if engine == "sglang":
+        reason = sglang_entry_refusal(table)
+        if reason:
+            raise MoetuneError(f"{path}: {reason}")
     return {key: parse_entry(path, key, value) for key, value in table.items()}
 
 
@@ -87,20 +94,31 @@ class TunedFile:
     def pick(self, batch_size: int) -> Candidate | Probe:
         """What the engine launches at `batch_size`: one config, or an up + down pair.
 
-        As SGLang does: each table's nearest row, the down row's BLOCK_SIZE_M forced
-        to the up row's (one alignment feeds both GEMMs); no down table, the up
-        config for both GEMMs, the down one without TMA.
+        As SGLang 0.5.23 does: each table's nearest row, the down row's BLOCK_SIZE_M
+        forced to the up row's (one alignment feeds both GEMMs). No down table: SGLang's
+        ``get_moe_configs(down_moe=True)`` hands back the up table, and
+        ``_prepare_fused_moe_run`` pops ``USE_TMA`` from each copy of the row, so an up
+        row with ``"USE_TMA": true`` runs both GEMMs with TMA (the up GEMM reading w1
+        through a descriptor and writing sorted rows, the down GEMM reading those rows
+        and w2 through descriptors), whatever its warning says ("reusing the tuned
+        up-projection config without TMA"); a row without it is one plain config.
         """
         up, up_tma = nearest_row(self.up, batch_size)
         if self.down is None:
-            return Probe("pair", up, True, up, False) if up_tma else up
+            return Probe("pair", up, True, up, True) if up_tma else up
         down, down_tma = nearest_row(self.down, batch_size)
         down = replace(down, BLOCK_SIZE_M=up.BLOCK_SIZE_M)
         return Probe("pair", up, up_tma, down, down_tma)
 
 
-def load_tuned_file(path: Path, down_path: Path | None = None) -> TunedFile:
-    """`path` with its ``_down`` table: `down_path`, else the one beside it, if any."""
+def load_tuned_file(
+    path: Path, down_path: Path | None = None, *, engine: str | None = None
+) -> TunedFile:
+    """`path` with its ``_down`` table: `down_path`, else the one beside it, if any.
+
+    `engine` "sglang": a file SGLang 0.5.23 would fail to launch (`sglang.entry_refusal`)
+    is a `MoetuneError`; None (a file of either engine) reads what either engine reads.
+    """
     if path.name.endswith(DOWN_SUFFIX):
         main = path.name.removesuffix(DOWN_SUFFIX) + ".json"
         raise MoetuneError(
@@ -109,8 +127,8 @@ def load_tuned_file(path: Path, down_path: Path | None = None) -> TunedFile:
         )
     if down_path is None and down_table_path(path).exists():
         down_path = down_table_path(path)
-    up = _table(path, down=False)
-    down = _table(down_path, down=True) if down_path is not None else None
+    up = _table(path, down=False, engine=engine)
+    down = _table(down_path, down=True, engine=engine) if down_path is not None else None
     return TunedFile(path, up, down, down_path)
 
 

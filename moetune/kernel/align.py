@@ -15,6 +15,10 @@ every block belongs to one expert (`expert_ids[block]`). Semantics are vLLM's
 `max_padded` is a static upper bound so that nothing waits on the device:
 `M*top_k + min(E, M*top_k) * (BLOCK_M - 1)` rounded up to a multiple of BLOCK_M
 (only experts that received a slot are padded, and at most M*top_k of them can).
+An engine that allocates more (SGLang keeps a bucket for other ranks' slots) passes
+its own length; the GEMM's grid follows ``len(sorted_token_ids)``, so the engine's
+length gives the engine's grid. `expert_ids` then has ``cdiv(max_padded, BLOCK_M)``
+entries.
 Experts appear in increasing id order; the order of slots inside one expert's
 run is not fixed (atomics hand out positions, as in vLLM), which changes no
 result: the GEMM computes every row on its own.
@@ -221,7 +225,7 @@ def align_scatter_kernel(
 
 
 def align_block_size(
-    topk_ids: torch.Tensor, block_size_m: int, num_experts: int
+    topk_ids: torch.Tensor, block_size_m: int, num_experts: int, max_padded: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sort the slots of `topk_ids` by expert and pad each expert's run to `block_size_m`.
 
@@ -229,9 +233,11 @@ def align_block_size(
         topk_ids: [M, top_k] int32 expert ids; -1 or >= num_experts are skipped.
         block_size_m: the GEMM's BLOCK_SIZE_M (a power of two).
         num_experts: experts on this rank (E of w1 / w2).
+        max_padded: the length of `sorted_token_ids` as an engine allocates it (at
+            least the unrounded bound of the module docstring); None: `max_padded_slots`.
 
     Returns:
-        (sorted_token_ids [max_padded], expert_ids [max_padded // block_size_m],
+        (sorted_token_ids [max_padded], expert_ids [cdiv(max_padded, block_size_m)],
         num_tokens_post_padded [1]), all int32; see the module docstring.
     """
     if topk_ids.dtype != torch.int32:
@@ -247,9 +253,17 @@ def align_block_size(
         ids = ids.contiguous()
     num_slots = ids.numel()
     device = ids.device
-    max_padded = max_padded_slots(num_slots, block_size_m, num_experts)
+    if max_padded is None:
+        max_padded = max_padded_slots(num_slots, block_size_m, num_experts)
+    elif max_padded < num_slots + min(num_experts, num_slots) * (block_size_m - 1):
+        raise ValueError(
+            f"max_padded {max_padded} is below the {num_slots} slots' padded bound at "
+            f"block_size_m {block_size_m} and {num_experts} experts"
+        )
     sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=device)
-    expert_ids = torch.empty(max_padded // block_size_m, dtype=torch.int32, device=device)
+    expert_ids = torch.empty(
+        triton.cdiv(max_padded, block_size_m), dtype=torch.int32, device=device
+    )
     num_post_padded = torch.empty(1, dtype=torch.int32, device=device)
     if num_slots == 0:
         num_post_padded.zero_()

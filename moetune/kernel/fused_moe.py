@@ -13,7 +13,10 @@ token. int4 w4a16 runs its own GEMM kernel (``fused_moe_wna16_kernel``) on
 unquantized activations. `config` drives the up GEMM and, as in vLLM, also the down
 GEMM unless `down_config` (SGLang's ``_down.json`` entry) is given; either may carry
 SGLang's ``"USE_TMA"`` (`moetune.kernel.tma`). With TMA on the down GEMM, gate_up and
-act are in sorted, expert-contiguous order, ``len(sorted_token_ids)`` rows. Every step
+act are in sorted, expert-contiguous order, ``len(sorted_token_ids)`` rows. On an
+engine's kernel (`gemm`) the engine release decides what it owns: the length of
+``sorted_token_ids`` and of the sorted intermediates, a layer it refuses, the TMA rule,
+and the top-k sum (SGLang 0.5.23: `moetune.engines.launch.sglang_0_5_23`). Every step
 is a GPU kernel with static shapes and no host sync, so a call can be captured in
 a CUDA graph.
 """
@@ -38,7 +41,7 @@ from moetune.kernel.quant import (
 )
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
-from moetune.kernel.tma import SplitConfigs, check_tma_request, split_configs
+from moetune.kernel.tma import SplitConfigError, SplitConfigs, check_tma_request, split_configs
 
 if TYPE_CHECKING:
     import torch
@@ -120,6 +123,13 @@ def naive_assignment(
     return launch_rules.naive_assignment(num_slots, num_experts, quant_dtype, block_shape)
 
 
+def _sized(engine_gemm, rule: str, *args: int) -> int | None:  # noqa: ANN001
+    """An engine release's own buffer size (`rule` of its launch module, e.g. SGLang's
+    ``align_slots``), or None where the release or moetune's kernel has none."""
+    sizing = getattr(getattr(engine_gemm, "release", None), rule, None)
+    return None if sizing is None else sizing(*args)
+
+
 def fused_experts(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -196,8 +206,19 @@ def fused_experts(
     split = (split_configs if engine_gemm is None else engine_gemm.split_configs)(
         config, down_config
     )
-    if split.up_tma or split.down_tma:
-        check_tma_request(quant_dtype, block_shape)  # before any launch
+    layer_rule = getattr(getattr(engine_gemm, "release", None), "layer_refusal", None)
+    reason = None if layer_rule is None else layer_rule(n, quant_dtype, block_shape)
+    if reason:  # a layer the engine refuses to load is never timed
+        raise SplitConfigError(reason)
+    if split.up_tma or split.down_tma:  # before any launch
+        tma_rule = getattr(getattr(engine_gemm, "release", None), "tma_refusal", None)
+        if tma_rule is None:  # moetune's kernel: its own rule
+            check_tma_request(quant_dtype, block_shape)
+        else:  # an engine's launch: the engine's rule, and this Triton's descriptors
+            reason = tma_rule(quant_dtype, block_shape)
+            if reason:
+                raise SplitConfigError(reason)
+            check_tma_request(None, None)
 
     num_slots = num_tokens * top_k
     if not ids_may_be_nonlocal and naive_assignment(
@@ -211,13 +232,21 @@ def fused_experts(
         )
     else:
         sorted_ids, expert_ids, num_post_padded = align_block_size(
-            topk_ids, split.up["BLOCK_SIZE_M"], num_experts
+            topk_ids,
+            split.up["BLOCK_SIZE_M"],
+            num_experts,
+            _sized(engine_gemm, "align_slots", num_slots, split.up["BLOCK_SIZE_M"], num_experts),
         )
     new_buffer = torch.zeros if ids_may_be_nonlocal else torch.empty
-    # Sorted layout: one row per sorted position. SGLang sizes it M*top_k +
-    # min(M*top_k, E+1)*(BLOCK_SIZE_M-1) because its alignment keeps other ranks'
-    # slots as an extra expert; ours skips them, so its own static bound is exact.
-    gate_up_rows = sorted_ids.shape[0] if split.down_tma else num_slots
+    # Sorted layout (down TMA): one row per sorted position, as many rows as the
+    # engine allocates (SGLang: `sorted_rows`; its down GEMM's GDC_EARLY counts them),
+    # else as many as there are sorted positions.
+    gate_up_rows = num_slots
+    if split.down_tma:
+        engine_rows = _sized(
+            engine_gemm, "sorted_rows", num_slots, split.up["BLOCK_SIZE_M"], num_experts
+        )
+        gate_up_rows = sorted_ids.shape[0] if engine_rows is None else engine_rows
     gate_up = new_buffer(gate_up_rows, two_n, dtype=x.dtype, device=x.device)
     down = new_buffer(num_tokens, top_k, hidden, dtype=x.dtype, device=x.device)
     alignment = dict(
@@ -232,7 +261,8 @@ def fused_experts(
         a_scale=a1_scale,
         w_scale=w1_scale,
         **weight_launch_args(quant, quant.w1_zp if quant is not None else None),
-        topk_weights=None,
+        # The engines pass the routing weights to the up GEMM too (unused there).
+        topk_weights=None if engine_gemm is None else topk_weights,
         mul_routed_weight=False,
         top_k=top_k,
         config=split.up,
@@ -264,7 +294,9 @@ def fused_experts(
         w_use_tma=split.down_tma,
         **alignment,
     )
-    return moe_sum(down)
+    # The top-k sum: the engine release's own where it has one (SGLang's), else moetune's.
+    combine = getattr(getattr(engine_gemm, "release", None), "combine", None)
+    return moe_sum(down) if combine is None else combine(down, engine_gemm)
 
 
 def fused_moe(

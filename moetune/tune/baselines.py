@@ -139,9 +139,16 @@ def engine_baselines(
         if found is None:
             continue
         paired = down_found is not None
+        # No _down file: SGLang reads the up table for the down GEMM, USE_TMA included.
+        reused_tma = engine == "sglang" and not paired and sglang.tma_batch_sizes(Path(found))
         try:
-            if paired and pair_down_tables:
-                tuned = load_tuned_file(Path(found), Path(down_found))
+            refused = sglang.entry_refusal(load_table(found)) if engine == "sglang" else None
+            if refused:  # SGLang fails on the file: nothing to compare with
+                raise MoetuneError(f"{found}: {refused}")
+            if (paired or reused_tma) and pair_down_tables:
+                tuned = load_tuned_file(
+                    Path(found), Path(down_found) if paired else None, engine=engine
+                )
                 configs: dict[int, Candidate | Probe | None] = {
                     m: tuned.pick(m) for m in batch_sizes
                 }

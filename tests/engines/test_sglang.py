@@ -6,6 +6,8 @@ sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py
 fallback list: 0.5.10 and 0.5.11's.
 """
 
+import json
+
 import pytest
 
 from moetune.engines import sglang
@@ -89,6 +91,37 @@ def test_a_missing_down_file_falls_back_to_the_up_config_without_tma(tmp_path):
     layout(tmp_path, "triton_3_5_1", files=(DOWN,))
     up, down = sglang.lookup_pair(NAME, "3.6.0", env={}, package=root)
     assert down.found == root / "configs" / "triton_3_5_1" / DOWN  # the scan applies to _down too
+
+
+def test_a_missing_down_file_with_up_tma_entries_says_sglang_runs_the_down_gemm_with_tma(
+    tmp_path,
+):
+    root = layout(tmp_path, "triton_3_6_0")
+    tile = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
+    table = {"1": tile, "512": {**tile, "USE_TMA": True}, "1024": {**tile, "USE_TMA": True}}
+    (root / "configs" / "triton_3_6_0" / NAME).write_text(json.dumps(table))
+    up, down = sglang.lookup_pair(NAME, "3.6.0", env={}, package=root)
+    assert not down.present
+    assert down.fallback == (
+        "the down GEMM reuses the up config, USE_TMA included: where the up entry asks for "
+        "TMA (M 512, 1024) the down GEMM runs with TMA and the up GEMM writes sorted rows"
+    )
+
+
+def test_check_calls_a_file_sglangs_launch_would_fail_on_invalid(tmp_path):
+    from moetune.engines.check import checked
+
+    root = layout(tmp_path, "triton_3_6_0")
+    tile = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
+    path = root / "configs" / "triton_3_6_0" / NAME
+    path.write_text(json.dumps({"1": tile}))
+    up, _ = sglang.lookup_pair(NAME, "3.6.0", env={}, package=root)
+    assert checked(up, "sglang").invalid is None
+    path.write_text(json.dumps({"1": tile, "8": {**tile, "SPLIT_K": 1}}))
+    assert checked(up, "sglang").invalid == (
+        f'{path}: batch size 8: config "SPLIT_K": SGLang passes every key of an entry to its '
+        "fused_moe_kernel, which has no such parameter (Triton raises KeyError at the first call)"
+    )
 
 
 def test_folders_sglang_cannot_sort_and_a_missing_configs_folder_are_reported(tmp_path):

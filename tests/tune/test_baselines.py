@@ -128,6 +128,25 @@ def test_an_sglang_file_with_a_down_table_is_paired_only_when_asked(tmp_path):
     assert pick.kind == "pair" and pick.down_tma and pick.down.num_stages == 5
 
 
+def test_an_sglang_up_tma_file_without_down_table_is_timed_as_sglang_runs_it(tmp_path):
+    # SGLang reads the up table again for the down GEMM, USE_TMA included.
+    table = {"1": {"BLOCK_SIZE_M": 16, **ROW}, "4096": {"BLOCK_SIZE_M": 64, **ROW, "USE_TMA": True}}
+    (tmp_path / NAME).write_text(json.dumps(table))
+    paired = baselines(engines=("sglang",), compare_dir=tmp_path, pair_down_tables=True)
+    configs = paired["sglang_file"].configs
+    assert configs[1] == Candidate(16, 64, 64, 1, 4, 3)
+    assert configs[4096].kind == "pair" and configs[4096].use_tma and configs[4096].down_tma
+
+
+def test_an_sglang_file_sglang_cannot_launch_is_not_compared(tmp_path):
+    (tmp_path / NAME).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, **ROW, "SPLIT_K": 1}}))
+    notes = []
+    found = baselines(engines=("sglang",), compare_dir=tmp_path, notes=notes)
+    assert "sglang_file" not in found
+    (note,) = notes
+    assert note.startswith("not compared with the sglang file: ") and '"SPLIT_K"' in note
+
+
 def test_a_per_channel_tune_compares_with_sglangs_per_channel_file(tmp_path):
     # SGLang names per-channel fp8/int8 files with ",per_channel_quant=True" (its
     # get_config_file_name); vLLM's names have no such part.

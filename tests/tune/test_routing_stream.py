@@ -150,3 +150,25 @@ def test_a_stream_that_grows_past_the_budget_drops_the_older_ones(monkeypatch):
     assert list(probe_timing._STREAMS.values()) == [a, b]  # b holds nothing yet
     b.take(0, 4, 16)  # now both are past the budget: a, the older, goes
     assert list(probe_timing._STREAMS.values()) == [b]
+
+
+def test_on_sglangs_kernel_the_alignment_and_the_sorted_rows_are_as_long_as_sglangs():
+    from dataclasses import replace
+
+    from moetune.engines.launch import sglang_0_5_23, twin_ref
+    from moetune.kernel.align import max_padded_slots
+
+    data = make_problem(M, E, N, K, TOP_K, "bf16", device="cpu")
+    sglang = replace(PROBLEM, kernel=twin_ref("sglang"))
+    probe = Probe("down", Candidate(16, 32, 32, 1, 4, 2), use_tma=True)
+    ours, theirs = _Bench(probe, PROBLEM, M, data), _Bench(probe, sglang, M, data)
+    ours.allocate(1)
+    theirs.allocate(1)
+    slots = M * TOP_K  # 10 slots, 8 experts: SGLang pads 9 buckets, rounded up to 4
+    assert ours.slots[0]["sorted_token_ids"].numel() == max_padded_slots(slots, 16, E) == 144
+    assert theirs.slots[0]["sorted_token_ids"].numel() == sglang_0_5_23.align_slots(slots, 16, E)
+    assert sglang_0_5_23.align_slots(slots, 16, E) == 148
+    assert ours.a.shape[0] == 144 and theirs.a.shape[0] == slots + 9 * 15
+    assert routing_stream(PROBLEM, M, torch.device("cpu")) is not routing_stream(
+        sglang, M, torch.device("cpu")
+    )

@@ -95,10 +95,13 @@ def test_bad_rows_name_the_file_and_batch_size(tmp_path, entry, message):
         load_tuned_file(path)
 
 
-def test_up_tma_without_down_table_runs_the_down_gemm_plainly(tmp_path):
-    tuned = load_tuned_file(write(tmp_path / NAME, {"1": row(16, USE_TMA=True)}))
+def test_up_tma_without_down_table_runs_both_gemms_with_tma_as_sglang_does(tmp_path):
+    # SGLang reads the up table again for the down GEMM and pops USE_TMA from both copies.
+    tuned = load_tuned_file(write(tmp_path / NAME, {"1": row(16, USE_TMA=True), "64": row(32)}))
     pick = tuned.pick(1)
-    assert pick.use_tma and not pick.down_tma and pick.down == pick.candidate
+    assert pick.use_tma and pick.down_tma and pick.down == pick.candidate
+    assert describe(pick)["down_config"]["USE_TMA"] is True
+    assert tuned.pick(64) == Candidate(32, 64, 128, 1, 4, 3)  # no TMA: one plain config
 
 
 def test_as_pair_times_a_single_config_as_the_pair_of_itself():

@@ -167,8 +167,16 @@ class RoutingStream:
         if block_size_m is not None:
             experts = self.feed.problem.num_experts
             ids = drawn[1]  # a row of the stack may sit off 16 bytes: aligned from a copy
+            problem = self.feed.problem
             aligned = self._grow(
-                block_size_m, end, lambda j: align_block_size(ids[j].clone(), block_size_m, experts)
+                block_size_m,
+                end,
+                lambda j: align_block_size(
+                    ids[j].clone(),
+                    block_size_m,
+                    experts,
+                    engine_size(problem, "align_slots", ids[j].numel(), block_size_m, experts),
+                ),
             )
             out.update(zip(ALIGNED, (t[start:end] for t in aligned), strict=True))
         return out
@@ -204,6 +212,7 @@ def routing_stream(problem: Any, batch_size: int, device: Any, seed: int = 0) ->
     """The process's `RoutingStream` for this routing source and batch size (kept while
     the streams' stacked tensors fit `STREAM_CACHE_BYTES`, the oldest dropped first)."""
     key = (
+        getattr(problem.kernel, "engine", None),  # its alignment length (`engine_size`)
         problem.num_experts,
         problem.top_k,
         problem.routing,
@@ -230,6 +239,18 @@ def _evict_past_budget() -> None:
     `STREAM_CACHE_BYTES` (the one in use, the last, always stays)."""
     while len(_STREAMS) > 1 and sum(s.nbytes for s in _STREAMS.values()) > STREAM_CACHE_BYTES:
         del _STREAMS[next(iter(_STREAMS))]
+
+
+def engine_size(problem: Any, rule: str, *args: int) -> int | None:
+    """A buffer length as the engine release of `problem`'s kernel sizes it (`rule` of its
+    launch module, e.g. SGLang's ``align_slots``), or None: moetune's own."""
+    kernel = getattr(problem, "kernel", None)
+    if kernel is None:
+        return None
+    from moetune.engines.launch import release_module
+
+    sizing = getattr(release_module(kernel.engine, kernel.release), rule, None)
+    return None if sizing is None else sizing(*args)
 
 
 def _aligned_rows(stacked: Any) -> Any:
@@ -269,7 +290,7 @@ def split_fused_experts(
         weights,
         ids,
         config=config,
-        down_config=None if down_config == config else down_config,
+        down_config=down_config,
         quant=data.quant,
         gemm=data.gemm,
     )
@@ -338,7 +359,10 @@ class _Bench:
             self.c = torch.empty(slots, 2 * p.intermediate_size, dtype=x.dtype, device=x.device)
             self.w, self.w_scale = data.w1, quant.w1_scale if quant is not None else None
         else:
-            rows = padded if self.item.use_tma else slots
+            rows = slots
+            if self.item.use_tma:  # the sorted layout, as many rows as the engine allocates
+                bm = self.item.candidate.BLOCK_SIZE_M
+                rows = engine_size(p, "sorted_rows", slots, bm, p.num_experts) or padded
             generator = torch.Generator(device=x.device).manual_seed(7)
             act = torch.randn(rows, p.intermediate_size, generator=generator, device=x.device).to(
                 x.dtype
