@@ -20,6 +20,9 @@ def _script():
 
 
 fetch_engines = _script()
+# The fixture's wheels are each engine's current release; OTHER, a known vLLM release beside it.
+CURRENT = current_release("vllm")[0]
+OTHER = "0.33.0" if CURRENT != "0.33.0" else "0.34.0"
 
 
 def fake_wheel(folder, engine, members, version=None):
@@ -73,9 +76,9 @@ def test_extracts_only_what_moetune_reads_in_the_package_layout(tmp_path, wheels
     dest = tmp_path / "cache"
     lines, errors = fetch_engines.fetch(dest, [wheels])
     assert errors == []
-    assert [line.split(":")[0] for line in lines] == ["vllm 0.33.0", "sglang 0.5.23"]
-    assert [p.name for p in dest.iterdir()] == ["vllm-0.33.0+sglang-0.5.23"]
-    site = dest / "vllm-0.33.0+sglang-0.5.23"
+    assert [line.split(":")[0] for line in lines] == [f"vllm {CURRENT}", "sglang 0.5.23"]
+    assert [p.name for p in dest.iterdir()] == [f"vllm-{CURRENT}+sglang-0.5.23"]
+    site = dest / f"vllm-{CURRENT}+sglang-0.5.23"
     assert site_files(site) == [
         ".moetune-sglang",
         ".moetune-vllm",
@@ -84,7 +87,7 @@ def test_extracts_only_what_moetune_reads_in_the_package_layout(tmp_path, wheels
         "sglang/kernels/ops/moe/fused_moe_triton_kernels.py",
         "sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_6_0/x.json",
         "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
-        "vllm-0.33.0.dist-info/METADATA",
+        f"vllm-{CURRENT}.dist-info/METADATA",
         "vllm/__init__.py",
         "vllm/model_executor/layers/fused_moe/configs/E=8,N=14336,device_name=NVIDIA_H200.json",
         "vllm/model_executor/layers/fused_moe/fused_moe.py",
@@ -92,22 +95,23 @@ def test_extracts_only_what_moetune_reads_in_the_package_layout(tmp_path, wheels
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
     found = find_installed("vllm")
-    assert (found.version, found.note) == ("0.33.0", None)
+    assert (found.version, found.note) == (CURRENT, None)
 
 
 def test_one_site_per_release_mix(tmp_path, wheels, monkeypatch):
-    fake_wheel(wheels, "vllm", {"vllm/__init__.py": "", "vllm/envs.py": "# 0.34\n"}, "0.34.0")
-    sites = ["vllm==0.33.0,sglang==0.5.23", "vllm==0.34.0,sglang==0.5.23"]
+    fake_wheel(wheels, "vllm", {"vllm/__init__.py": "", "vllm/envs.py": "# other\n"}, OTHER)
+    sites = [f"vllm=={CURRENT},sglang==0.5.23", f"vllm=={OTHER},sglang==0.5.23"]
     dest = tmp_path / "cache"
     assert fetch_engines.main(["--dest", str(dest), "--wheels", str(wheels), *sites]) == 0
-    old, new = dest / "vllm-0.33.0+sglang-0.5.23", dest / "vllm-0.34.0+sglang-0.5.23"
-    assert (old / ".moetune-vllm").read_text().startswith("vllm-0.33.0-")
-    assert (new / ".moetune-vllm").read_text().startswith("vllm-0.34.0-")
-    assert (new / "vllm/envs.py").read_text() == "# 0.34\n" and not (old / "vllm/envs.py").exists()
-    assert (old / ".moetune-sglang").read_text() == (new / ".moetune-sglang").read_text()
-    monkeypatch.syspath_prepend(str(new))
+    current, other = dest / f"vllm-{CURRENT}+sglang-0.5.23", dest / f"vllm-{OTHER}+sglang-0.5.23"
+    assert (current / ".moetune-vllm").read_text().startswith(f"vllm-{CURRENT}-")
+    assert (other / ".moetune-vllm").read_text().startswith(f"vllm-{OTHER}-")
+    assert (other / "vllm/envs.py").read_text() == "# other\n"
+    assert not (current / "vllm/envs.py").exists()
+    assert (current / ".moetune-sglang").read_text() == (other / ".moetune-sglang").read_text()
+    monkeypatch.syspath_prepend(str(other))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    assert find_installed("vllm").version == "0.34.0"
+    assert find_installed("vllm").version == OTHER
 
 
 def test_a_second_run_reuses_the_cache_and_never_downloads(tmp_path, wheels, monkeypatch):
@@ -155,15 +159,15 @@ def test_offline_is_one_line_that_says_how_to_use_local_wheels(tmp_path, offline
 
 
 def test_optional_fetches_what_it_can_and_warns_once(tmp_path, wheels, offline, capsys):
-    sites = ["vllm==0.33.0,sglang==0.5.23", "vllm==0.34.0,sglang==0.5.23"]
+    sites = [f"vllm=={CURRENT},sglang==0.5.23", f"vllm=={OTHER},sglang==0.5.23"]
     args = ["--dest", str(tmp_path / "cache"), "--wheels", str(wheels), "--optional", *sites]
     assert fetch_engines.main(args) == 0
     out, err = capsys.readouterr()
-    assert offline == ["vllm==0.34.0"]  # the others are in `wheels`, each missing one tried once
+    assert offline == [f"vllm=={OTHER}"]  # the others are in `wheels`, each missing one tried once
     assert out.count("\n") == 3 and err.count("\n") == 1
-    assert err.startswith("warning: pip download vllm==0.34.0 failed: no network: ")
+    assert err.startswith(f"warning: pip download vllm=={OTHER} failed: no network: ")
     assert "skips the sites without them" in err and "ENGINE_WHEELS=DIR" in err
-    assert not (tmp_path / "cache" / "vllm-0.34.0+sglang-0.5.23" / ".moetune-vllm").exists()
+    assert not (tmp_path / "cache" / f"vllm-{OTHER}+sglang-0.5.23" / ".moetune-vllm").exists()
 
 
 @pytest.mark.parametrize(

@@ -216,8 +216,8 @@ def test_an_explicit_engine_kernel_needs_that_engine_alone() -> None:
     )
 
 
-def test_only_vllm_installed_says_sglangs_file_falls_back_to_its_twin(kernel_file) -> None:  # noqa: ANN001
-    only_vllm = lambda e: installed("0.33.0", "0.33.0", kernel_file) if e == "vllm" else None  # noqa: E731
+def test_only_vllm_installed_says_sglangs_file_falls_back_to_its_twin(vllm_kernel_file) -> None:  # noqa: ANN001
+    only_vllm = lambda e: installed("0.33.0", "0.33.0", vllm_kernel_file) if e == "vllm" else None  # noqa: E731
     kernels, notes = resolve_kernels("auto", ("vllm", "sglang"), only_vllm)
     assert kernels["vllm"].engine == "vllm" and not kernels["vllm"].twin
     assert kernels["sglang"] == twin_ref("sglang")
@@ -227,11 +227,13 @@ def test_only_vllm_installed_says_sglangs_file_falls_back_to_its_twin(kernel_fil
     ]
 
 
-def test_benchmark_times_each_engines_columns_on_its_own_kernel(kernel_file) -> None:  # noqa: ANN001
+def test_benchmark_times_each_engines_columns_on_its_own_kernel(
+    kernel_file, vllm_kernel_file
+) -> None:  # noqa: ANN001
     both = lambda e: installed(  # noqa: E731
         "0.33.0" if e == "vllm" else "0.5.23",
         "0.33.0" if e == "vllm" else "0.5.23",
-        kernel_file,
+        vllm_kernel_file if e == "vllm" else kernel_file,
     )
     kernels, notes = benchmark_kernel("auto", ("vllm", "sglang"), both)
     assert (kernels["vllm"].engine, kernels["sglang"].engine) == ("vllm", "sglang")

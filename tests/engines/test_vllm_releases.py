@@ -65,8 +65,9 @@ def test_an_unseen_release_with_a_changed_kernel_is_tuned_on_the_twin(tmp_path: 
     assert resolution.kernel == twin_ref("vllm")
     assert resolution.note == (
         "vLLM 0.35.0's fused_moe_kernel is not the one moetune's vLLM 0.34.0 launch was "
-        "written for (fused_moe_kernel gained scale_desc): the vLLM file is tuned on "
-        "moetune's twin of its kernel; a moetune that knows vLLM 0.35.0 times its own kernel"
+        "written for (fused_moe_kernel gained scale_desc): the vLLM file is timed on "
+        "moetune's twin of vLLM's kernel (moetune/kernel/fused_moe_kernel.py); a moetune "
+        "that knows vLLM 0.35.0 times its own kernel"
     )
     with pytest.raises(KernelChoiceError, match="vLLM 0.35.0 is a release") as info:
         resolve_kernel("vllm", "vllm", find)

@@ -79,7 +79,9 @@ def test_vllm_kernel_matches_the_reference(vllm_installed, M, E, naive) -> None:
 
 def test_vllm_kernel_fp8_block_clamps_block_k(vllm_installed) -> None:  # noqa: ANN001
     # BLOCK_SIZE_K 64 over a 32-wide quantization block: vLLM's launcher clamps it to 32.
-    check(engine_gemm("vllm"), 5, 8, "fp8_w8a8", config(bk=64), block_shape=(32, 32))
+    # BLOCK_SIZE_N 64 spans two blocks: 0.34's one-scale-per-tile path (BLOCK_SIZE_N dividing
+    # the block) does not compile on Triton 3.9 (test_vllm_releases_real.py says so).
+    check(engine_gemm("vllm"), 5, 8, "fp8_w8a8", config(bn=64, bk=64), block_shape=(32, 32), N=64)
 
 
 @pytest.mark.parametrize(("M", "E"), [(2, 32), (9, 8)], ids=["naive", "aligned"])

@@ -189,6 +189,11 @@ def test_whole_layer_on_the_twin_is_the_layer_on_sglangs_kernel(sglang_kernel) -
         def naive_assignment(self, *args) -> bool:  # noqa: ANN002
             return sglang_0_5_23.naive_assignment(*args)
 
+        def split_configs(self, config, down_config):  # noqa: ANN001, ANN201
+            from moetune.kernel.tma import split_configs
+
+            return split_configs(config, down_config)  # SGLang reads an entry as moetune does
+
         def __call__(self, a, w, c, **launch):  # noqa: ANN001, ANN003, ANN204
             return sglang_0_5_23.launch(self.kernel, GemmCall(a, w, c, **launch))
 

@@ -246,17 +246,6 @@ def test_an_interrupted_transfer_resumes_without_timing_anything_twice(tmp_path)
     assert max(both.values()) == 1  # the transfer picked up where it stopped
 
 
-STAND_IN_KERNEL = """\
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def fused_moe_kernel(x_ptr, BLOCK: tl.constexpr):
-    pass
-"""
-
-
 def stand_in_vllm(site):
     """vLLM 0.33.0 as `find_installed` sees a ``pip install --no-deps`` of it."""
     (site / "vllm").mkdir(parents=True)
@@ -266,7 +255,18 @@ def stand_in_vllm(site):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
     fused_moe = site / "vllm" / "model_executor" / "layers" / "fused_moe"
     fused_moe.mkdir(parents=True)
-    (fused_moe / "fused_moe.py").write_text(STAND_IN_KERNEL)
+    # The kernel's and launcher's interface as 0.33.0's launch declares it (the interface
+    # check reads the file; nothing in it runs on a dry run).
+    from moetune.engines.launch import vllm_0_33
+
+    interface = vllm_0_33.INTERFACE
+    parameters = [p.replace(": constexpr", ": tl.constexpr") for p in interface.parameters]
+    reads = "".join(f"    config.get({key!r})\n" for key in sorted(interface.config_keys))
+    (fused_moe / "fused_moe.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        f"def {interface.kernel}({', '.join(parameters)}):\n    pass\n\n\n"
+        f"def {interface.launcher}(config):\n{reads}"
+    )
     (fused_moe / "configs").mkdir()
 
 
