@@ -76,6 +76,10 @@ class TuneRequest:
     space_source: str = "default grid"
     up_tma: bool = False  # split tune: also search the up GEMM with TMA
     compare_dir: Path | None = None  # a folder of existing files to compare against
+    # The vLLM release the vLLM file is for (None: the newest moetune knows) and, when it
+    # is not simply the installed one's, why (`moetune.engines.vllm.target_release`).
+    vllm_release: str | None = None
+    vllm_release_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
             f"  M={m:<5} {len(report.kept):>5} kept" + (f"  ({removed})" if removed else "")
         )
     lines.extend(_split_and_routing_lines(plan))
+    lines.extend(_vllm_file_lines(plan))
     lines.append(f"Results:     {plan.store_path} (resumable)")
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
@@ -254,6 +259,27 @@ def _split_and_routing_lines(plan: TunePlan) -> list[str]:
     return lines
 
 
+def _vllm_file_lines(plan: TunePlan) -> list[str]:
+    """The release the vLLM file is for, in one line, and whether TMA-B off is tried."""
+    from moetune.tune.output import vllm_file_release
+    from moetune.tune.search.space import TMA_B_OFF_TOP, tma_b_kernel
+
+    request = plan.request
+    if "vllm" not in request.engines:
+        return []
+    release = vllm_file_release(request.vllm_release)
+    why = request.vllm_release_note or (
+        "--vllm-release" if request.vllm_release else "the newest release moetune knows"
+    )
+    lines = [f"vLLM file:   for vLLM {release} ({why})"]
+    if tma_b_kernel(plan.problem, release) is not None:
+        lines.append(
+            f"             USE_TMA: the {TMA_B_OFF_TOP} fastest configs per batch size re-timed "
+            "with TMA-B off; false written only where off is faster"
+        )
+    return lines
+
+
 def plan_json(plan: TunePlan) -> dict[str, Any]:
     return {
         "problem": plan.problem.key(),
@@ -272,7 +298,16 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         "files": [str(path) for path in plan.files],
         "routing": plan.problem.routing or "uniform",
         "split": bool(_split_engines(plan)),
+        "vllm_release": _vllm_release_json(plan),
     }
+
+
+def _vllm_release_json(plan: TunePlan) -> str | None:
+    from moetune.tune.output import vllm_file_release
+
+    if "vllm" not in plan.request.engines:
+        return None
+    return vllm_file_release(plan.request.vllm_release)
 
 
 def _split_engines(plan: TunePlan) -> tuple[str, ...]:
@@ -387,6 +422,31 @@ def verify_winners(
     return verified
 
 
+def _time_tma_b_off(
+    plan: TunePlan, store: ResultStore, context: RunContext, measurer: Any, found: dict
+) -> None:
+    """vLLM 0.34's USE_TMA as a tuning dimension: each batch size's fastest configs re-timed
+    with TMA-B off (`moetune.tune.search.space.tma_b_off_candidates`), where it applies."""
+    from moetune.tune.output import vllm_file_release
+    from moetune.tune.search.space import tma_b_off_candidates
+    from moetune.tune.search.strategy import tma_b_off_round
+
+    if "vllm" not in plan.request.engines:
+        return
+    release = vllm_file_release(plan.request.vllm_release)
+    fidelity = {m: result.best.fidelity for m, result in found.items()}
+    twins = {
+        m: tma_b_off_candidates(
+            [row.candidate for row in ranked(store, context, m, fidelity[m])],
+            plan.problem,
+            plan.limits,
+            release,
+        )
+        for m in found
+    }
+    tma_b_off_round(twins, fidelity, measurer)
+
+
 STAGES = ("search", "baselines", "verify", "split", "ceilings", "files")
 
 
@@ -430,6 +490,7 @@ def run_tune(
         request.triton_version,
         compare_dir=request.compare_dir,
         notes=summary.notes,
+        vllm_release=request.vllm_release,
     )
     store = ResultStore(plan.store_path)
     store.check_writable()  # a read-only store fails now, not after the first measurement
@@ -464,6 +525,7 @@ def run_tune(
                 search_options(request.search),
             )
 
+        _time_tma_b_off(plan, store, context, measurer, found)
         enter("baselines")
         baseline_us = time_baselines(
             measurer, summary.baselines, request.batch_sizes, summary.notes
@@ -542,6 +604,7 @@ def run_tune(
             request.engines,
             split=summary.split or None,
             notes=summary.notes,
+            vllm_release=request.vllm_release,
         )
     )
     summary.measured = measurer.timed
