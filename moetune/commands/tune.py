@@ -278,10 +278,7 @@ def _vllm_file_release(choice: str | None, engines: tuple[str, ...]) -> tuple[st
     if "vllm" not in engines:
         return release, ""
     if note is not None:
-        return release, (
-            "vLLM is not installed here: the newest release moetune knows; "
-            "--vllm-release chooses another"
-        )
+        return release, "vLLM is not installed: the newest known; --vllm-release chooses another"
     return release, "--vllm-release" if choice else "the installed vLLM's release"
 
 

@@ -282,3 +282,44 @@ def test_tunes_comparison_reads_the_vllm_file_as_its_release(tmp_path):
     (note,) = notes
     assert note.startswith("not compared with the vllm file: ")
     assert "stops the server at start-up" in note and "\n" not in note
+
+
+TINY = Path(__file__).parent / "data"
+
+
+def _dry_run(tmp_path, *extra):
+    from click.testing import CliRunner
+
+    from moetune.cli import cli
+
+    args = ["tune", "--model", str(TINY / "tiny-moe"), "--space", str(TINY / "tiny-space.json")]
+    args += ["--batch-size", "2", "--save-dir", str(tmp_path), "--dry-run", *extra]
+    return CliRunner().invoke(cli, args)
+
+
+def test_tune_vllm_release_option(tmp_path, monkeypatch):
+    from moetune.engines import vllm
+
+    monkeypatch.setattr(vllm, "installed", lambda: None)
+    result = _dry_run(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert (
+        "vLLM file:   for vLLM 0.34.0 (vLLM is not installed: the newest known; "
+        "--vllm-release chooses another)"
+    ) in result.output
+    result = _dry_run(tmp_path, "--vllm-release", "0.33.0", "--json")
+    assert result.exit_code == 0, result.output
+    assert '"vllm_release": "0.33.0"' in result.output
+
+
+def test_tune_refuses_an_unknown_vllm_release_in_one_line(tmp_path, capsys):
+    from moetune.cli import main
+
+    args = ["tune", "--model", str(TINY / "tiny-moe"), "--space", str(TINY / "tiny-space.json")]
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--save-dir", str(tmp_path), "--dry-run", "--vllm-release", "0.99.0"])
+    assert exc.value.code != 0
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "Error: --vllm-release 0.99.0: not a vLLM release moetune knows (known: 0.33.0, 0.34.0)"
+    )
