@@ -274,8 +274,8 @@ def _vllm_file_lines(plan: TunePlan) -> list[str]:
     lines = [f"vLLM file:   for vLLM {release} ({why})"]
     if tma_b_kernel(plan.problem, release) is not None:
         lines.append(
-            f"             USE_TMA: the {TMA_B_OFF_TOP} fastest configs per batch size re-timed "
-            "with TMA-B off; false written only where off is faster"
+            f"             USE_TMA: the {TMA_B_OFF_TOP} fastest per batch size re-timed with "
+            "TMA-B off; false only where faster"
         )
     return lines
 
@@ -375,10 +375,18 @@ def transfer_seeds(
 
     `source` is this problem on the kernel tuned first (its search's finalists
     and the engine baselines timed on it); a batch size it has no result for
-    gets none, and the transfer search starts there as fast search does.
+    gets none, and the transfer search starts there as fast search does. vLLM 0.34's
+    TMA-B switch does not carry over (`_time_tma_b_off` re-times it on its own kernel).
     """
     on_source = RunContext(source, context.device_name, context.triton_version)
-    return {m: [row.candidate for row in ranked(store, on_source, m, "full")] for m in batch_sizes}
+    return {
+        m: list(
+            dict.fromkeys(
+                row.candidate.with_tma_b(True) for row in ranked(store, on_source, m, "full")
+            )
+        )
+        for m in batch_sizes
+    }
 
 
 def verify_winners(

@@ -60,30 +60,33 @@ def test_candidate_carries_tma_b_off_only():
         Candidate.from_config({**A.as_config(), "USE_TMA": 1})
 
 
+def _timed(problem_key, candidate, latency, batch_size=4):
+    return Measurement(
+        problem_key, batch_size, candidate, "full", "ok", latency, latency, latency, 0.1, None,
+        "NVIDIA H200", "3.6.0", "0", 0.0,
+    )  # fmt: skip
+
+
 def test_store_keys_tell_tma_b_on_from_off(tmp_path):
     store = ResultStore(tmp_path / "store.jsonl")
     for candidate, latency in ((A, 10.0), (OFF, 8.0)):
-        store.add(
-            Measurement(
-                "p",
-                4,
-                candidate,
-                "full",
-                "ok",
-                latency,
-                latency,
-                latency,
-                0.1,
-                None,
-                "NVIDIA H200",
-                "3.6.0",
-                "0",
-                0.0,
-            )
-        )
+        store.add(_timed("p", candidate, latency))
     reopened = ResultStore(tmp_path / "store.jsonl")
     assert reopened.get("p", 4, A, "full", "NVIDIA H200", "3.6.0").latency_us == 10.0
     assert reopened.get("p", 4, OFF, "full", "NVIDIA H200", "3.6.0").latency_us == 8.0
+
+
+def test_a_transfer_seeds_the_tiles_not_the_tma_b_switch(tmp_path):
+    from moetune.tune.measure.measurer import RunContext
+    from moetune.tune.runner import transfer_seeds
+
+    store = ResultStore(tmp_path / "store.jsonl")
+    for candidate, latency in ((OFF, 8.0), (A, 10.0), (Candidate(64, 128, 128, 1, 4, 3), 12.0)):
+        store.add(_timed(ON_034.key(), candidate, latency))
+    target = replace(DEEPSEEK_V3_TP8, kernel=None)
+    context = RunContext(target, "NVIDIA H200", "3.6.0")
+    seeds = transfer_seeds(store, context, ON_034, (4,))
+    assert seeds == {4: [A, Candidate(64, 128, 128, 1, 4, 3)]}
 
 
 def test_off_twins_of_the_best_few_where_tma_b_applies():
