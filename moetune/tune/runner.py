@@ -272,12 +272,21 @@ def _vllm_file_lines(plan: TunePlan) -> list[str]:
         "--vllm-release" if request.vllm_release else "the newest release moetune knows"
     )
     lines = [f"vLLM file:   for vLLM {release} ({why})"]
-    if tma_b_kernel(plan.problem, release) is not None:
+    if tma_b_kernel(plan.problem, release) is None:
+        return lines
+    if _on_gpu(request):
         lines.append(
             f"             USE_TMA: the {TMA_B_OFF_TOP} fastest per batch size re-timed with "
             "TMA-B off; false only where faster"
         )
+    else:
+        lines.append("             USE_TMA: not tuned on the CPU (the interpreter has no TMA-B)")
     return lines
+
+
+def _on_gpu(request: TuneRequest) -> bool:
+    """Whether the run times on GPUs (local devices, or Ray's), not under the interpreter."""
+    return any(d is not None for d in request.devices) or request.backend == "ray"
 
 
 def plan_json(plan: TunePlan) -> dict[str, Any]:
@@ -439,8 +448,8 @@ def _time_tma_b_off(
     from moetune.tune.search.space import tma_b_off_candidates
     from moetune.tune.search.strategy import tma_b_off_round
 
-    if "vllm" not in plan.request.engines:
-        return
+    if "vllm" not in plan.request.engines or not _on_gpu(plan.request):
+        return  # the interpreter launches no TMA-B: off would time the same launch
     release = vllm_file_release(plan.request.vllm_release)
     fidelity = {m: result.best.fidelity for m, result in found.items()}
     twins = {
@@ -559,7 +568,7 @@ def run_tune(
                 plan, measurer, backend, singles, summary.notes, options, rankings=rankings
             )
 
-        if any(d is not None for d in request.devices) or request.backend == "ray":
+        if _on_gpu(request):
             enter("ceilings")
             summary.ceilings = _ceilings(backend, summary.notes)
     finally:

@@ -210,7 +210,7 @@ def _request(tmp_path, problem, **extra):
         engines=("vllm",),
         device_name="NVIDIA H200",
         triton_version="3.6.0",
-        **extra,
+        **{"devices": ("cuda:0",), **extra},
     )
 
 
@@ -228,6 +228,17 @@ def test_tune_writes_use_tma_false_only_where_off_wins(tmp_path):
     written = json.loads(path.read_text())
     assert written["1"]["USE_TMA"] is False and written["4"]["USE_TMA"] is False
     assert "USE_TMA" not in written["64"] and "USE_TMA" not in written["1024"]
+
+
+def test_no_tma_b_round_on_the_cpu(tmp_path):
+    plan = make_plan(_request(tmp_path, ON_034, vllm_release="0.34.0", devices=(None,)), H200)
+    assert "             USE_TMA: not tuned on the CPU (the interpreter has no TMA-B)" in (
+        plan_lines(plan)
+    )
+    backend = TmaBackend(ON_034)
+    summary = run_tune(plan, backend=backend)
+    assert all(c.USE_TMA for _, _, c in backend.log)
+    assert "USE_TMA" not in summary.files[0].read_text()
 
 
 def test_tune_for_0_33_never_times_or_writes_tma_b_off(tmp_path):
