@@ -250,6 +250,12 @@ def kernel_option(help: str) -> Callable:
     )
 
 
+def vllm_release_option(help: str) -> Callable:
+    """--vllm-release X.Y.Z: the vLLM release the vLLM file is for (default: the installed
+    vLLM's, else the newest moetune knows: `moetune.engines.vllm.target_release`)."""
+    return click.option("--vllm-release", metavar="X.Y.Z", help=help)
+
+
 def compare_dir_option(help: str) -> Callable:
     """--compare-dir DIR: an existing folder of tuned files; `help` says how it is searched."""
     return click.option(

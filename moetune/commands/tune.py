@@ -17,6 +17,7 @@ from moetune.commands.options import (
     kernel_option,
     model_options,
     timeout_option,
+    vllm_release_option,
 )
 from moetune.commands.terminal import print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
@@ -115,6 +116,11 @@ SEARCHES = ("fast", "thorough", "exhaustive")
     help="With --install: replace a different existing file (a .bak-<time> copy is kept).",
 )
 @kernel_option(KERNEL_HELP)
+@vllm_release_option(
+    "The vLLM release the vLLM file is written for (default: the installed vLLM's, else the "
+    "newest moetune knows): 0.34.0 on reads USE_TMA, which is then tuned on its kernel; a "
+    "file for 0.33.0 never carries it."
+)
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
     batch_sizes: tuple[tuple[int, ...], ...],
@@ -136,6 +142,7 @@ def tune(
     install_dir: Path | None,
     overwrite_installed: bool,
     kernel: str,
+    vllm_release: str | None,
     json_: bool,
     **model: object,
 ) -> None:
@@ -192,6 +199,7 @@ def tune(
     devices = worker_devices(gpus, machine, dry_run=dry_run)
     engines = engines_named(engine)
     kernels, kernel_notes = resolve_kernels(kernel, engines)
+    file_release, file_release_note = _vllm_file_release(vllm_release, engines)
     targets = _install_targets(install, install_dir, engines, machine.triton_version)
     if compile_workers is None:
         compile_workers = default_compile_workers(devices)
@@ -231,6 +239,8 @@ def tune(
         up_tma=up_tma,
         compare_dir=compare_dir,
         confirm_rounds=confirm_rounds,
+        vllm_release=file_release,
+        vllm_release_note=file_release_note,
     )
     notes = [note for group in sweep.groups for note in group.notes] + machine.notes
     notes += kernel_notes
@@ -274,6 +284,19 @@ def tune(
         click.echo(json.dumps(report, indent=2))
 
 
+def _vllm_file_release(choice: str | None, engines: tuple[str, ...]) -> tuple[str | None, str]:
+    """The release the vLLM file is for and why, for the plan (`moetune.engines.vllm.target_release`):
+    --vllm-release, else the installed vLLM's, else the newest known."""
+    from moetune.engines import vllm
+
+    release, note = vllm.target_release(choice)
+    if "vllm" not in engines:
+        return release, ""
+    if note is not None:
+        return release, "vLLM is not installed: the newest known; --vllm-release chooses another"
+    return release, "--vllm-release" if choice else "the installed vLLM's release"
+
+
 def _compare_line(request) -> str:  # noqa: ANN001
     """The engine baselines the run will time (files: the path each engine would load)."""
     from moetune.tune.baselines import engine_baselines
@@ -285,6 +308,7 @@ def _compare_line(request) -> str:  # noqa: ANN001
         request.device_name,
         request.triton_version,
         compare_dir=request.compare_dir,
+        vllm_release=request.vllm_release,
     )
     parts = [b.label if not b.key.endswith("_file") else f"{b.label} {b.source}" for b in baselines]
     if not any(b.key.endswith("_file") for b in baselines):

@@ -10,7 +10,8 @@
 A row of `ENGINE_FORMATS` says how the engine spells its file name
 (`moetune.engines.names`), which folder under a root it reads, whether the file
 opens with a ``"triton_version"`` key, whether a ``_down`` table for the down GEMM
-sits beside it, whether entries may carry ``"USE_TMA"``, and which definitions of
+sits beside it, whether entries may carry ``"USE_TMA"`` (SGLang's split TMA; vLLM
+0.34's TMA-B switch is per release: `moetune.engines.vllm.file_keys`), and which definitions of
 ``schemas/tuned_config.schema.json`` check what the engine reads and what moetune
 writes (`moetune.engines.tables`). vLLM plans the same split as SGLang
 (vllm-project/vllm#46338): flip its row then.
@@ -79,10 +80,18 @@ class EngineFormat:
     written_schema: str  # ... and of one moetune writes (all six kernel keys)
     down_read_schema: str | None = None  # the same for the down table
     down_written_schema: str | None = None
+    # ... and of one moetune writes for a release that reads the engine's own per-entry
+    # USE_TMA (vLLM 0.34 on: TMA-B, written only as false); None: no release does.
+    tma_b_written_schema: str | None = None
     namer: Callable[..., str] = _vllm_name
 
-    def schema(self, *, down: bool = False, writing: bool = False) -> str | None:
-        """The schema definition a table of this engine is checked by (None: no such table)."""
+    def schema(
+        self, *, down: bool = False, writing: bool = False, tma_b: bool = False
+    ) -> str | None:
+        """The schema definition a table of this engine is checked by (None: no such table);
+        `tma_b`: a written table for a release that reads the engine's TMA-B switch."""
+        if tma_b and writing and not down and self.tma_b_written_schema is not None:
+            return self.tma_b_written_schema
         if down:
             return self.down_written_schema if writing else self.down_read_schema
         return self.written_schema if writing else self.read_schema
@@ -116,6 +125,7 @@ ENGINE_FORMATS = {
         tma_key=False,
         read_schema="vllm",
         written_schema="vllm_written",
+        tma_b_written_schema="vllm_tma_written",
         namer=_vllm_name,
     ),
     "sglang": EngineFormat(

@@ -41,7 +41,8 @@ _VERSIONED = {
     definition
     for row in ENGINE_FORMATS.values()
     if row.version_key
-    for definition in (row.read_schema, row.written_schema)
+    for definition in (row.read_schema, row.written_schema, row.tma_b_written_schema)
+    if definition is not None
 }
 MAX_SHOWN = 160  # characters of an odd key or of a schema message an error line shows
 
@@ -115,8 +116,11 @@ def parse_json(data: bytes, label: str) -> Any:
         ) from None
 
 
-def definition_for(payload: Any, engine: str | None, *, down: bool, writing: bool = False) -> str:
-    """The schema definition a table is checked by (`moetune.engines.formats`).
+def definition_for(
+    payload: Any, engine: str | None, *, down: bool, writing: bool = False, tma_b: bool = False
+) -> str:
+    """The schema definition a table is checked by (`moetune.engines.formats`); `tma_b`: one
+    moetune writes for a release that reads the engine's own TMA-B switch (vLLM 0.34).
 
     `engine` None (a file given by name): vLLM's rules when it has a ``triton_version``
     key, else SGLang's (they accept every vLLM table without that key).
@@ -126,7 +130,7 @@ def definition_for(payload: Any, engine: str | None, *, down: bool, writing: boo
         row = format_of_table(version_key=has_version, down=down)
     else:
         row = engine_format(engine, TunedConfigError)
-    definition = row.schema(down=down, writing=writing)
+    definition = row.schema(down=down, writing=writing, tma_b=tma_b)
     if definition is None:
         raise TunedConfigError(f"{engine} reads no separate down-GEMM table")
     return definition

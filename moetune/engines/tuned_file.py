@@ -5,7 +5,10 @@ GEMM and, when ``<name>_down.json`` lies beside it, that table for the down GEMM
 (else the up table again, ``USE_TMA`` included: `TunedFile.pick`); each table is
 looked up on its own, at the key nearest the live M
 (`moetune.engines.lookup.nearest_row`). SGLang's entries may carry ``"USE_TMA"``:
-in the down table since its split tuner, in the up table since PR #33559.
+in the down table since its split tuner, in the up table since PR #33559. vLLM's
+``"USE_TMA"`` is another switch (0.34 on: TMA-B, default true), read as the release
+the file is for reads it (`moetune.engines.vllm.read_table_for`): a vLLM file with it
+is refused in one line for 0.33, which it stops at start-up.
 
 So timing a file means timing, per batch size, either one config (`Candidate`,
 a "whole" call) or an up + down pair (`Probe` of kind "pair"). A pair is timed
@@ -71,9 +74,35 @@ def parse_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
         raise MoetuneError(f"{path}: batch size {key}: {exc}") from None
 
 
-def _table(path: Path, *, down: bool, engine: str | None = None) -> dict[int, Entry]:
+def parse_vllm_entry(path: Path, key: int, value: Mapping[str, Any]) -> Entry:
+    """One checked row of a vLLM table: its ``USE_TMA`` is vLLM 0.34's TMA-B switch
+    (`Candidate.USE_TMA`), never SGLang's TMA layout."""
+    candidate, _ = parse_entry(path, key, value)
+    return candidate.with_tma_b(bool(value.get("USE_TMA", True))), False
+
+
+def is_vllm_table(path: Path) -> bool:
+    """Whether the tuned file at `path` is vLLM's: it opens with a ``"triton_version"`` key
+    (as `moetune.engines.tables.definition_for` tells the engines apart)."""
+    try:
+        payload = parse_json(path.read_bytes(), str(path))
+    except (OSError, TunedConfigError):
+        return False  # read_table says why
+    return isinstance(payload, dict) and VERSION_KEY in payload
+
+
+def _table(
+    path: Path, *, down: bool, engine: str | None = None, vllm_release: str | None = None
+) -> dict[int, Entry]:
     """The file at `path`, checked (`moetune.engines.tables`), as rows moetune can time;
+    a vLLM table as `vllm_release` reads it (None: `moetune.engines.vllm.target_release`);
     `engine` "sglang": also refused where SGLang's launch would fail on it."""
+    if not down and engine != "sglang" and is_vllm_table(path):
+        from moetune.engines import vllm
+
+        release = vllm_release or vllm.target_release()[0]
+        rows = vllm.read_table_for(path, release)
+        return {key: parse_vllm_entry(path, key, value) for key, value in rows.items()}
     table = read_table(path, down=down)
     if engine == "sglang":
         reason = sglang_entry_refusal(table)
@@ -112,9 +141,14 @@ class TunedFile:
 
 
 def load_tuned_file(
-    path: Path, down_path: Path | None = None, *, engine: str | None = None
+    path: Path,
+    down_path: Path | None = None,
+    *,
+    engine: str | None = None,
+    vllm_release: str | None = None,
 ) -> TunedFile:
-    """`path` with its ``_down`` table: `down_path`, else the one beside it, if any.
+    """`path` with its ``_down`` table: `down_path`, else the one beside it, if any; a vLLM
+    file as `vllm_release` reads it (None: the installed release, else the newest known).
 
     `engine` "sglang": a file SGLang 0.5.23 would fail to launch (`sglang.entry_refusal`)
     is a `MoetuneError`; None (a file of either engine) reads what either engine reads.
@@ -127,7 +161,7 @@ def load_tuned_file(
         )
     if down_path is None and down_table_path(path).exists():
         down_path = down_table_path(path)
-    up = _table(path, down=False, engine=engine)
+    up = _table(path, down=False, engine=engine, vllm_release=vllm_release)
     down = _table(down_path, down=True, engine=engine) if down_path is not None else None
     return TunedFile(path, up, down, down_path)
 
@@ -212,17 +246,23 @@ def file_payload(
 
 
 def checked_files(
-    engine: str, paths: Sequence[Path], tables: Sequence[Table], triton_version: str
+    engine: str,
+    paths: Sequence[Path],
+    tables: Sequence[Table],
+    triton_version: str,
+    *,
+    tma_b: bool = False,
 ) -> list[tuple[Path, dict[str, Any]]]:
     """Each of `engine`'s files (`paths` as `tuned_file_paths` gives them, `tables` in the
-    same order) with its content, every one checked as moetune writes it."""
+    same order) with its content, every one checked as moetune writes it (`tma_b`: for a
+    release that reads the engine's TMA-B switch, vLLM 0.34 on)."""
     downs = [index > 0 for index in range(len(paths))]  # the table, then its down table
     payloads = [
         file_payload(engine, table, triton_version, down=down)
         for table, down in zip(tables, downs, strict=True)
     ]
     for path, payload, down in zip(paths, payloads, downs, strict=True):
-        validate_tuned_config(payload, engine, name=str(path), down=down)
+        validate_tuned_config(payload, engine, name=str(path), down=down, tma_b=tma_b)
     return list(zip(paths, payloads, strict=True))
 
 
@@ -258,12 +298,15 @@ def validate_tuned_config(
     name: str | None = None,
     *,
     down: bool | None = None,
+    tma_b: bool = False,
 ) -> None:
     """Check a tuned-config file (a path) or its content against the engine's schema as
     moetune writes it.
 
     `down` selects the down-GEMM table schema as moetune writes it (``USE_TMA``
-    on every entry); None: from the file name (``_down.json``).
+    on every entry); None: from the file name (``_down.json``). `tma_b`: the file is for
+    a release that reads the engine's own TMA-B switch (vLLM 0.34: ``"USE_TMA": false``
+    allowed).
 
     Raises `TuneError` naming the file and the offending key, e.g.
     ``E=8,...json: batch size 64: config: 'num_stages' is a required property``.
@@ -282,6 +325,7 @@ def validate_tuned_config(
     if down is None:
         down = label.endswith(DOWN_SUFFIX)
     try:
-        check_table(payload, definition_for(payload, engine, down=down, writing=True), label)
+        definition = definition_for(payload, engine, down=down, writing=True, tma_b=tma_b)
+        check_table(payload, definition, label)
     except TunedConfigError as exc:
         raise TuneError(str(exc)) from None

@@ -15,7 +15,7 @@ byte per weight and activation) takes the fp8 heuristic; int4 w4a16 follows vLLM
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from moetune.dtypes import DTYPES
@@ -33,6 +33,9 @@ CONFIG_KEYS = (
 
 
 TILE_KEYS = CONFIG_KEYS[:3]
+# vLLM 0.34's per-entry switch of its TMA-B weight loads (block fp8 on sm90/sm100): its
+# launcher pops it with a default of true, so an entry carries it only when it is false.
+TMA_B_KEY = "USE_TMA"
 # The engines' fp8 kernels on sm90 swap A and B (SWAP_AB) for thin M tiles: BLOCK_SIZE_M 8 is legal there.
 SWAP_AB_BLOCK_M = 8
 
@@ -49,6 +52,11 @@ class Candidate:
     require it), but BLOCK_SIZE_M may be 8: the engines' fp8 kernels on sm90 swap
     A and B (``SWAP_AB``), which makes the token tile the dot's N (see
     `swap_ab_candidates`). `num_warps` is a power of two; anything else raises `TuneError`.
+
+    ``USE_TMA`` is vLLM 0.34's TMA-B switch (`TMA_B_KEY`), true (its default) unless a
+    tune timed it off: `as_config` then writes ``"USE_TMA": false`` and leaves the key
+    out otherwise, so every other config reads and writes the six keys as before. It is
+    not SGLang's ``USE_TMA`` (its split TMA layout: `moetune.kernel.probe.Probe`).
     """
 
     BLOCK_SIZE_M: int
@@ -57,8 +65,11 @@ class Candidate:
     GROUP_SIZE_M: int
     num_warps: int
     num_stages: int
+    USE_TMA: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.USE_TMA, bool):
+            raise TuneError(f"{TMA_B_KEY} must be true or false, got {self.USE_TMA!r}")
         for name in CONFIG_KEYS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -72,18 +83,23 @@ class Candidate:
             raise TuneError(f"num_warps must be 1, 2, 4, 8, 16 or 32, got {self.num_warps}")
 
     def as_config(self) -> dict[str, int]:
-        """The engines' per-batch-size entry, keys in their usual order."""
-        return {name: getattr(self, name) for name in CONFIG_KEYS}
+        """The engines' per-batch-size entry, keys in their usual order (``"USE_TMA": false``
+        last where TMA-B is off)."""
+        config: dict[str, int | bool] = {name: getattr(self, name) for name in CONFIG_KEYS}
+        if not self.USE_TMA:
+            config[TMA_B_KEY] = False
+        return config
 
     @classmethod
     def from_config(cls, config: Any) -> Candidate:
-        """Parse an engine entry; exactly the six keys, integer values."""
+        """Parse an engine entry: exactly the six keys, integer values, and optionally
+        vLLM 0.34's ``USE_TMA`` (a bool)."""
         if not isinstance(config, dict):
             raise TuneError(
                 f"a config must be a mapping of {', '.join(CONFIG_KEYS)}, got {config!r}"
             )
         missing = [name for name in CONFIG_KEYS if name not in config]
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        unknown = sorted(set(config) - {*CONFIG_KEYS, TMA_B_KEY})
         if missing:
             raise TuneError(f"config {config} is missing {', '.join(missing)}")
         if unknown:
@@ -91,14 +107,20 @@ class Candidate:
                 f"config {config} has unknown key(s) {', '.join(map(str, unknown))}; "
                 f"expected {', '.join(CONFIG_KEYS)}"
             )
-        return cls(**{name: config[name] for name in CONFIG_KEYS})
+        return cls(
+            **{name: config[name] for name in CONFIG_KEYS}, USE_TMA=config.get(TMA_B_KEY, True)
+        )
 
     def short(self) -> str:
-        """Compact label for tables and logs: ``M64 N128 K64 G16 w4 s3``."""
+        """Compact label for tables and logs: ``M64 N128 K64 G16 w4 s3`` (`` TMA-B off``)."""
         return (
             f"M{self.BLOCK_SIZE_M} N{self.BLOCK_SIZE_N} K{self.BLOCK_SIZE_K} "
             f"G{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}"
-        )
+        ) + ("" if self.USE_TMA else " TMA-B off")
+
+    def with_tma_b(self, on: bool) -> Candidate:
+        """This config with vLLM 0.34's TMA-B switch set to `on`."""
+        return replace(self, USE_TMA=on)
 
 
 def _config(bm: int, bn: int, bk: int, group: int, warps: int, stages: int) -> dict:

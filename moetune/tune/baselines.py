@@ -53,14 +53,17 @@ def engine_dtype(problem: TuneProblem) -> str | None:
     return DTYPES[problem.dtype].quant_dtype
 
 
-def _candidate(config: dict[str, Any]) -> Candidate | None:
+def _candidate(config: dict[str, Any], *, tma_b: bool = False) -> Candidate | None:
+    """The config an engine entry launches with; `tma_b`: a vLLM entry, whose ``USE_TMA``
+    is vLLM 0.34's TMA-B switch (SGLang's, its split TMA, is not timed here)."""
     entry = timeable(config)
     if entry is None:
         return None
     try:
-        return Candidate.from_config(entry)
+        candidate = Candidate.from_config(entry)
     except MoetuneError:
         return None
+    return candidate.with_tma_b(config.get("USE_TMA") is not False) if tma_b else candidate
 
 
 def engine_baselines(
@@ -76,6 +79,7 @@ def engine_baselines(
     sglang_package: Path | None | str = "find",
     notes: list[str] | None = None,
     pair_down_tables: bool = False,
+    vllm_release: str | None = None,
 ) -> list[Baseline]:
     """The baselines for this run, in `ORDER`; files only where the engine would find one.
 
@@ -83,7 +87,9 @@ def engine_baselines(
     SGLang's file with a ``_down`` table beside it: with `pair_down_tables`, each
     batch size's up + down pair (`moetune.engines.tuned_file`, timed in the split
     harness); without it (the tune, whose rows are whole calls), the up table alone,
-    with a note saying so.
+    with a note saying so. vLLM's file is read as `vllm_release` reads it (None: the
+    installed release, else the newest known): a ``USE_TMA`` entry is TMA-B off for 0.34,
+    and a file 0.33 would refuse at start-up is left out with a note saying so.
     """
     env = os.environ if env is None else env
     dims = (
@@ -152,6 +158,10 @@ def engine_baselines(
                 configs: dict[int, Candidate | Probe | None] = {
                     m: tuned.pick(m) for m in batch_sizes
                 }
+            elif engine == "vllm":
+                release = vllm_release or vllm.target_release()[0]
+                table = vllm.read_table_for(Path(found), release)
+                configs = {m: _candidate(nearest_row(table, m), tma_b=True) for m in batch_sizes}
             else:
                 table = load_table(found)
                 configs = {m: _candidate(nearest_row(table, m)) for m in batch_sizes}

@@ -25,7 +25,7 @@ from moetune.engines.tuned_file import (
     write_tuned_files,
 )
 from moetune.errors import TuneError
-from moetune.kernel.config import Candidate
+from moetune.kernel.config import TMA_B_KEY, Candidate
 from moetune.tune.problem import TuneProblem
 from moetune.tune.search.split import SplitResult, single_entries, split_entries
 
@@ -85,13 +85,40 @@ def engine_file_paths(
     )
 
 
+def vllm_file_release(release: str | None) -> str:
+    """The vLLM release a vLLM file is written for: `release`, else the newest moetune knows
+    (the tune command passes the installed one's: `moetune.engines.vllm.target_release`)."""
+    from moetune.engines.installed import current_release
+
+    return release or current_release("vllm")[0]
+
+
+def writes_tma_b(engine: str, vllm_release: str | None) -> bool:
+    """Whether `engine`'s file may carry ``"USE_TMA": false`` (TMA-B off): vLLM's, for a
+    release that reads the key (0.34 on; 0.33 stops at start-up on it)."""
+    if engine != "vllm":
+        return False
+    from moetune.engines import vllm
+
+    return TMA_B_KEY in vllm.file_keys(vllm_file_release(vllm_release))
+
+
 def engine_tables(
-    engine: str, results: dict[int, Candidate], split: list[SplitResult] | None = None
+    engine: str,
+    results: dict[int, Candidate],
+    split: list[SplitResult] | None = None,
+    *,
+    vllm_release: str | None = None,
 ) -> list[Table]:
     """The tables of `engine`'s files, in `engine_file_paths` order: the tuned config per
     batch size; for an engine that reads a down table, the up and down tables, from
     `split` (one `SplitResult` per batch size) when given, else the single config in both
-    with ``"USE_TMA": false`` in the down table (see `moetune.tune.search.split`)."""
+    with ``"USE_TMA": false`` in the down table (see `moetune.tune.search.split`).
+
+    A config timed with vLLM 0.34's TMA-B off keeps ``"USE_TMA": false`` only in a vLLM
+    file for a release that reads it (`writes_tma_b`); every other file leaves it out."""
+    if not writes_tma_b(engine, vllm_release):
+        results = {m: config.with_tma_b(True) for m, config in results.items()}
     if not engine_format(engine, TuneError).reads_down_file:
         return [{m: results[m].as_config() for m in results}]
     up, down = split_entries(split) if split else single_entries(results)
@@ -107,19 +134,22 @@ def write_engine_files(
     engines: tuple[str, ...] | list[str] = ENGINES,
     split: list[SplitResult] | None = None,
     notes: list[str] | None = None,
+    vllm_release: str | None = None,
 ) -> list[Path]:
     """Write each engine's file(s) (validated, atomically); return the paths in `engines` order.
 
     An engine that reads a down-GEMM table (SGLang) gets two files (`engine_tables`).
     A different file already at a path is kept beside it as ``<file>.bak-<UTC time>``
     (as ``tune --install`` does) and a line saying so goes to `notes`; an identical one
-    is left as it is. Every payload is checked before anything is written.
+    is left as it is. Every payload is checked before anything is written. The vLLM file
+    is for `vllm_release` (None: the newest release moetune knows, `vllm_file_release`).
     """
     planned = []
     for engine in engines:
         paths = engine_file_paths(engine, problem, device_name, triton_version, save_dir)
-        tables = engine_tables(engine, results, split)
-        planned += checked_files(engine, paths, tables, triton_version)
+        tables = engine_tables(engine, results, split, vllm_release=vllm_release)
+        tma_b = writes_tma_b(engine, vllm_release)
+        planned += checked_files(engine, paths, tables, triton_version, tma_b=tma_b)
     try:
         return write_tuned_files(planned, notes)
     except FileWriteError as exc:

@@ -84,6 +84,10 @@ class TuneRequest:
     up_tma: bool = False  # split tune: also search the up GEMM with TMA
     compare_dir: Path | None = None  # a folder of existing files to compare against
     confirm_rounds: int = DEFAULT_ROUNDS  # the confirmation's rounds; 0: no confirmation
+    # The vLLM release the vLLM file is for (None: the newest moetune knows) and, when it
+    # is not simply the installed one's, why (`moetune.engines.vllm.target_release`).
+    vllm_release: str | None = None
+    vllm_release_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
         )
     lines.extend(_split_and_routing_lines(plan))
     lines.extend(_confirm_lines(request.confirm_rounds))
+    lines.extend(_vllm_file_lines(plan))
     lines.append(f"Results:     {plan.store_path} (resumable)")
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
@@ -314,6 +319,36 @@ def _split_and_routing_lines(plan: TunePlan) -> list[str]:
     return lines
 
 
+def _vllm_file_lines(plan: TunePlan) -> list[str]:
+    """The release the vLLM file is for, in one line, and whether TMA-B off is tried."""
+    from moetune.tune.output import vllm_file_release
+    from moetune.tune.search.space import TMA_B_OFF_TOP, tma_b_kernel
+
+    request = plan.request
+    if "vllm" not in request.engines:
+        return []
+    release = vllm_file_release(request.vllm_release)
+    why = request.vllm_release_note or (
+        "--vllm-release" if request.vllm_release else "the newest release moetune knows"
+    )
+    lines = [f"vLLM file:   for vLLM {release} ({why})"]
+    if tma_b_kernel(plan.problem, release) is None:
+        return lines
+    if _on_gpu(request):
+        lines.append(
+            f"             USE_TMA: the {TMA_B_OFF_TOP} fastest per batch size re-timed with "
+            "TMA-B off; false only where faster"
+        )
+    else:
+        lines.append("             USE_TMA: not tuned on the CPU (the interpreter has no TMA-B)")
+    return lines
+
+
+def _on_gpu(request: TuneRequest) -> bool:
+    """Whether the run times on GPUs (local devices, or Ray's), not under the interpreter."""
+    return any(d is not None for d in request.devices) or request.backend == "ray"
+
+
 def plan_json(plan: TunePlan) -> dict[str, Any]:
     from moetune.engines.launch import kernel_json
 
@@ -336,7 +371,16 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         "routing": plan.problem.routing or "uniform",
         "split": bool(_split_engines(plan)),
         "confirm_rounds": plan.request.confirm_rounds,
+        "vllm_release": _vllm_release_json(plan),
     }
+
+
+def _vllm_release_json(plan: TunePlan) -> str | None:
+    from moetune.tune.output import vllm_file_release
+
+    if "vllm" not in plan.request.engines:
+        return None
+    return vllm_file_release(plan.request.vllm_release)
 
 
 def _split_engines(plan: TunePlan) -> tuple[str, ...]:
@@ -440,10 +484,18 @@ def transfer_seeds(
 
     `source` is this problem on the kernel tuned first (its search's finalists
     and the engine baselines timed on it); a batch size it has no result for
-    gets none, and the transfer search starts there as fast search does.
+    gets none, and the transfer search starts there as fast search does. vLLM 0.34's
+    TMA-B switch does not carry over (`_time_tma_b_off` re-times it on its own kernel).
     """
     on_source = RunContext(source, context.device_name, context.triton_version)
-    return {m: [row.candidate for row in ranked(store, on_source, m, "full")] for m in batch_sizes}
+    return {
+        m: list(
+            dict.fromkeys(
+                row.candidate.with_tma_b(True) for row in ranked(store, on_source, m, "full")
+            )
+        )
+        for m in batch_sizes
+    }
 
 
 def verify_winners(
@@ -485,6 +537,31 @@ def verify_winners(
             f"{', '.join(map(str, missing))}; nothing was written"
         )
     return verified
+
+
+def _time_tma_b_off(
+    plan: TunePlan, store: ResultStore, context: RunContext, measurer: Any, found: dict
+) -> None:
+    """vLLM 0.34's USE_TMA as a tuning dimension: each batch size's fastest configs re-timed
+    with TMA-B off (`moetune.tune.search.space.tma_b_off_candidates`), where it applies."""
+    from moetune.tune.output import vllm_file_release
+    from moetune.tune.search.space import tma_b_off_candidates
+    from moetune.tune.search.strategy import tma_b_off_round
+
+    if "vllm" not in plan.request.engines or not _on_gpu(plan.request):
+        return  # the interpreter launches no TMA-B: off would time the same launch
+    release = vllm_file_release(plan.request.vllm_release)
+    fidelity = {m: result.best.fidelity for m, result in found.items()}
+    twins = {
+        m: tma_b_off_candidates(
+            [row.candidate for row in ranked(store, context, m, fidelity[m])],
+            plan.problem,
+            plan.limits,
+            release,
+        )
+        for m in found
+    }
+    tma_b_off_round(twins, fidelity, measurer)
 
 
 STAGES = ("search", "baselines", "verify", "split", "confirm", "ceilings", "files")
@@ -531,6 +608,7 @@ def run_tune(
         request.triton_version,
         compare_dir=request.compare_dir,
         notes=summary.notes,
+        vllm_release=request.vllm_release,
     )
     store = ResultStore(plan.store_path)
     store.check_writable()  # a read-only store fails now, not after the first measurement
@@ -568,6 +646,7 @@ def run_tune(
                 search_options(request.search),
             )
 
+        _time_tma_b_off(plan, store, context, measurer, found)
         enter("baselines")
         baseline_us = time_baselines(
             measurer, summary.baselines, request.batch_sizes, summary.notes
@@ -606,7 +685,7 @@ def run_tune(
                 {m: list(found) for m, found in runners_up.items()},
             )
 
-        if any(d is not None for d in request.devices) or request.backend == "ray":
+        if _on_gpu(request):
             enter("ceilings")
             summary.ceilings = _ceilings(backend, summary.notes)
     finally:
@@ -670,6 +749,7 @@ def run_tune(
             (engine,),
             split=split or None,
             notes=summary.notes,
+            vllm_release=request.vllm_release,
         )
     summary.measured = measurer.timed
     summary.compile = {

@@ -24,7 +24,7 @@ import itertools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -574,6 +574,71 @@ def values_by_param(candidates: Iterable[Candidate]) -> dict[str, list[int]]:
     """The sorted distinct values each parameter takes in `candidates`."""
     seen: dict[str, set[int]] = defaultdict(set)
     for c in candidates:
-        for f in fields(Candidate):
-            seen[f.name].add(getattr(c, f.name))
+        for name in PARAM_NAMES:
+            seen[name].add(getattr(c, name))
     return {name: sorted(seen[name]) for name in PARAM_NAMES}
+
+
+# How many of a batch size's fastest configs are re-timed with vLLM 0.34's TMA-B off.
+TMA_B_OFF_TOP = 3
+
+
+def tma_b_kernel(problem: TuneProblem, file_release: str) -> Any:
+    """The release module whose TMA-B switch a tune of `problem` may write, or None.
+
+    Both must hold: the timed kernel is an engine's own whose launch honours a per-entry
+    ``USE_TMA`` (vLLM 0.34 on; not a twin, whose kernel has no TMA-B), and the vLLM file
+    is for a release that reads it (`file_release`; 0.33 stops at start-up on the key).
+    """
+    from moetune.engines import vllm
+    from moetune.engines.launch import release_module
+    from moetune.kernel.config import TMA_B_KEY
+
+    kernel = problem.kernel
+    if kernel is None or kernel.twin or kernel.engine != "vllm":
+        return None
+    if TMA_B_KEY not in vllm.file_keys(file_release):
+        return None
+    module = release_module(kernel.engine, kernel.release)
+    return module if hasattr(module, "use_tma_b") else None
+
+
+def tma_b_off_candidates(
+    ranking: Sequence[Candidate],
+    problem: TuneProblem,
+    limits: DeviceLimits,
+    file_release: str,
+    top: int = TMA_B_OFF_TOP,
+) -> list[Candidate]:
+    """The TMA-B-off twins (``USE_TMA: false``) of the first `top` configs of `ranking`
+    (fastest first, TMA-B on as timed) where the switch changes the launch.
+
+    TMA-B is tried off only on the best few tiles, not across the space: the switch changes
+    how the weights are loaded, not the tiling, so the tiles fastest with TMA-B on are where
+    off can win, at `top` more timings per batch size instead of a doubled search. None
+    when the kernel or the file's release has no such switch (`tma_b_kernel`), and for a
+    config neither of whose GEMMs would take TMA-B (the launch's own conditions: block
+    fp8, capability 9.x/10.x, N and K multiples of the tile), whose off twin is the
+    same launch.
+    """
+    module = tma_b_kernel(problem, file_release)
+    if module is None:
+        return []
+    quant_dtype = DTYPES[problem.dtype].quant_dtype
+    block = problem.block_shape
+    # (N, K) of the up GEMM (w1: [E, 2I, H]) and the down GEMM (w2: [E, H, I]).
+    gemms = (
+        (2 * problem.intermediate_size, problem.hidden_size),
+        (problem.hidden_size, problem.intermediate_size),
+    )
+    chosen = []
+    for candidate in [c for c in ranking if c.USE_TMA][:top]:
+        config = candidate.as_config()
+        # The launcher's clamp of BLOCK_SIZE_K to the quantization block (vLLM 0.33 on).
+        block_k = min(candidate.BLOCK_SIZE_K, *block) if block else candidate.BLOCK_SIZE_K
+        if any(
+            module.use_tma_b(config, quant_dtype, block, limits.compute_capability, n, k, block_k)
+            for n, k in gemms
+        ):
+            chosen.append(candidate.with_tma_b(False))
+    return chosen

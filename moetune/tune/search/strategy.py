@@ -713,3 +713,16 @@ class _Search:
             if i < opts.finalists or quick[c].latency_us <= cutoff
         ]
         yield from timings.measure(finalists, "full")
+
+
+def tma_b_off_round(
+    twins: Mapping[int, Sequence[Candidate]], fidelity: Mapping[int, str], measurer: Measurer
+) -> None:
+    """Time each batch size's TMA-B-off twins (`moetune.tune.search.space.tma_b_off_candidates`)
+    at the fidelity its search ended on, every batch size in one run: the store then ranks
+    them with the rest, so an off twin is written only where it was timed faster."""
+
+    def job(m: int) -> Job:
+        yield Ask(m, tuple(twins[m]), fidelity[m])
+
+    run_jobs([job(m) for m in twins if twins[m]], measurer)
