@@ -11,7 +11,9 @@ consecutive rows of one problem.
     python bench/compile_rates.py [STORE.jsonl[.gz] ...]
 
 With no store it reads every recorded store under bench/results and examples/ that
-holds whole-call searches (`RECORDED`). Prints one line per problem, then one per family.
+holds whole-call searches on an H200 machine (`RECORDED`): the estimate is priced for the
+H200 machine's CPU, so a run kept under a folder named for another machine (``h100/``) is
+left out. Prints one line per problem, then one per family.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from pathlib import Path
 from moetune.dtypes import compile_family
 
 ROOT = Path(__file__).resolve().parents[1]
+OTHER_MACHINES = ("h100",)  # results folders from machines the estimate is not priced for
 RECORDED = tuple(
     sorted(
         path
         for pattern in ("bench/results/**/*measurements.jsonl.gz", "examples/*/measurements.jsonl")
         for path in ROOT.glob(pattern)
+        if not set(path.relative_to(ROOT).parts) & set(OTHER_MACHINES)
     )
 )
 # A problem needs this many whole-call timings to be a search (not a probe run).

@@ -383,6 +383,13 @@ def _repeated_row(
     return row
 
 
+def _speedup_over(names: list[str], labels: dict[str, str], references: dict[str, str]) -> str:
+    """The tables' words for the columns speedups are taken over (`references`' targets)."""
+    over = sorted({references[name] for name in names}, key=names.index)
+    said = " or ".join(f"the {labels[name]}" for name in over)
+    return said + (", each on its own kernel" if len(over) > 1 else "")
+
+
 def _print_repeated(
     rows: list[dict[str, Any]],
     names: list[str],
@@ -398,10 +405,7 @@ def _print_repeated(
 
     from moetune.commands.terminal import print_table
 
-    over = sorted({references[name] for name in names}, key=names.index)
-    said = " or ".join(f"the {labels[name]}" for name in over)
-    if len(over) > 1:
-        said += ", each on its own kernel"
+    said = _speedup_over(names, labels, references)
     table = Table(
         title=f"{title}: median us of {repeat} interleaved rounds [95 % interval] "
         f"(speedup over {said} [95 % interval])"
@@ -527,10 +531,7 @@ def _print_table(
 
     from moetune.commands.terminal import print_table
 
-    over = sorted({references[name] for name in names}, key=names.index)
-    said = " or ".join(f"the {labels[name]}" for name in over)
-    if len(over) > 1:
-        said += ", each on its own kernel"
+    said = _speedup_over(names, labels, references)
     table = Table(title=f"{title}: us per call (speedup over {said})")
     table.add_column("M", justify="right")
     for name in names:

@@ -93,3 +93,14 @@ def test_the_shipped_rates_are_the_refit_ones(refit):
         )
     assert sweep.SECONDS_PER_LONE == pytest.approx(refit["lone"], rel=0.1)
     assert sweep.SECONDS_PER_PAIR == pytest.approx(refit["pair"], rel=0.1)
+
+
+def test_the_rates_read_only_stores_of_the_machine_the_estimate_is_priced_for():
+    """A run kept under another machine's folder (bench/results/2026-12-05-vllm034/h100)
+    compiled on that machine's CPU: fitting on it moved the fp8-block rate 4 % off the
+    H200 walls above. The rates read H200 stores only."""
+    recorded = {path.relative_to(compile_rates.ROOT).as_posix() for path in compile_rates.RECORDED}
+    assert not any("/h100/" in path for path in recorded)
+    h100 = sorted(compile_rates.ROOT.glob("bench/results/*/h100/*measurements.jsonl.gz"))
+    assert h100  # the H100 run exists and is left out, not absent
+    assert any("/h200/" in path for path in recorded)
