@@ -406,13 +406,39 @@ def accepted_summary() -> str:
     return text
 
 
-def quant_details(options: dict[str, Any], kernel: Any, dtype: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class QuantChoice:
+    """The user's say over the checkpoint's quantization: a group size for the group-quantized
+    dtypes, per-channel scales for fp8 (None / False: the checkpoint's own)."""
+
+    group_size: int | None = None
+    per_channel: bool = False
+
+
+class QuantChoiceError(TuneError):
+    """A `QuantChoice` the dtype has no use for; `choice` names the field ("group_size" or
+    "per_channel"), so a command can say it in its own option's words."""
+
+    WORDS = {"group_size": "a group size", "per_channel": "per-channel quantization"}
+
+    def __init__(self, choice: str, applies_to: str, dtype: str) -> None:
+        self.choice, self.applies_to, self.dtype = choice, applies_to, dtype
+        super().__init__(f"{self.WORDS[choice]} applies to {applies_to}, not {dtype}")
+
+    def worded(self, name: str) -> str:
+        """The same refusal with `name` (e.g. a command-line flag) for the choice."""
+        return f"{name} applies to {self.applies_to}, not {self.dtype}"
+
+
+def quant_details(kernel: Any, dtype: str, choice: QuantChoice | None = None) -> dict[str, Any]:
     """block_shape / per_channel / group_size / has_zp of the problem: the checkpoint's
-    (as extract reports them), overridden by --per-channel-quant and --group-size.
+    (as extract reports them), overridden by the user's `choice`.
 
     The engines' ``block_shape=[0, group_size]`` of weight-only group quantization
-    becomes `group_size`; only a full ``[block_n, block_k]`` stays a block shape.
+    becomes `group_size`; only a full ``[block_n, block_k]`` stays a block shape. A
+    choice the dtype has no use for raises `QuantChoiceError`.
     """
+    choice = choice or QuantChoice()
     spec = DTYPES.get(dtype)
     if spec is None:
         raise TuneError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES.names())}")
@@ -420,22 +446,17 @@ def quant_details(options: dict[str, Any], kernel: Any, dtype: str) -> dict[str,
     checkpoint_group = getattr(kernel, "group_size", None)
     if block is not None and not block[0]:
         checkpoint_group, block = block[1] or None, None
-    group_size = options.get("group_size") or checkpoint_group
+    group_size = choice.group_size or checkpoint_group
     if group_size is not None and not spec.group_quant:
-        if options.get("group_size"):
-            raise TuneError(
-                f"--group-size applies to {', '.join(DTYPES.names('group_quant'))}, not {dtype}"
-            )
+        if choice.group_size:
+            raise QuantChoiceError("group_size", ", ".join(DTYPES.names("group_quant")), dtype)
         group_size = None
     if spec.group_quant and group_size is None:
         group_size = spec.default_group_size
-    per_channel = bool(options.get("per_channel_quant"))
-    if per_channel and not spec.per_channel:
-        raise TuneError(
-            f"--per-channel-quant applies to {', '.join(DTYPES.names('per_channel'))}, not {dtype}"
-        )
+    if choice.per_channel and not spec.per_channel:
+        raise QuantChoiceError("per_channel", ", ".join(DTYPES.names("per_channel")), dtype)
     per_channel = (
-        per_channel
+        choice.per_channel
         or spec.always_per_channel
         or (spec.per_channel and bool(getattr(kernel, "per_channel", False)))
     )

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from moetune.commands.texts import DEVICE_NAME_HELP
-from moetune.dtypes import DTYPES, quant_details
+from moetune.dtypes import DTYPES, QuantChoice, QuantChoiceError, quant_details
 from moetune.engines.launch import KERNEL_CHOICES
 from moetune.engines.names import (
     DTYPE_CHOICES,
@@ -278,6 +278,27 @@ def worker_devices(gpus: tuple[str, ...] | None, machine: Any, *, dry_run: bool)
     return gpus
 
 
+# The device files through which a process reaches a CUDA GPU: the NVIDIA driver's on Linux,
+# /dev/dxg under WSL2. Where none exists no GPU can be visible, known without importing torch.
+CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def check_gpu_visible(gpus: tuple[str, ...] | None, *, dry_run: bool) -> None:
+    """Refuse a run that needs a GPU on a Linux machine without CUDA device files, before
+    torch is imported (seconds): the same one line `machine_from_options` and
+    `worker_devices` give after asking torch. Elsewhere, or with a device file, torch decides."""
+    import sys
+
+    if dry_run or not sys.platform.startswith("linux"):
+        return
+    if any(os.path.exists(path) for path in CUDA_DEVICE_FILES):
+        return
+    if gpus:
+        worker_devices(gpus, Machine("", "", None, (None,)), dry_run=False)  # its refusal
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise TuneError(_no_gpu_message())
+
+
 def model_options(command: Callable | None = None, *, sweep: bool = False) -> Callable:
     """Decorate a click command with --model, --revision, --tp, --ep, --ep-size, --dtype,
     --device-name, --allow-huge-shape, --mappings and --replace-mappings.
@@ -447,6 +468,28 @@ def _no_gpu_message() -> str:
     return f"no CUDA GPU visible: timing needs one ({instead})"
 
 
+# The command-line flag of each `moetune.dtypes.QuantChoice` field, for its refusals.
+QUANT_FLAGS = {"group_size": "--group-size", "per_channel": "--per-channel-quant"}
+
+
+def quant_choice(options: dict[str, Any]) -> QuantChoice:
+    """--group-size and --per-channel-quant as values."""
+    return QuantChoice(options.get("group_size"), bool(options.get("per_channel_quant")))
+
+
+def flag_worded(exc: QuantChoiceError) -> TuneError:
+    """A refused quantization choice, said in its flag's words."""
+    return TuneError(exc.worded(QUANT_FLAGS[exc.choice]))
+
+
+def quant_from_options(options: dict[str, Any], kernel: Any, dtype: str) -> dict[str, Any]:
+    """`moetune.dtypes.quant_details` of the checkpoint's `kernel` under the options."""
+    try:
+        return quant_details(kernel, dtype, quant_choice(options))
+    except QuantChoiceError as exc:
+        raise flag_worded(exc) from None
+
+
 def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> Resolved:
     """The `TuneProblem` and the machine facts for the model options of a command."""
     from moetune.extract.report import build_report
@@ -472,7 +515,7 @@ def problem_from_options(options: dict[str, Any], *, dry_run: bool = False) -> R
         raise TuneError(refusal)
     dtype = kernel.name
     problem = TuneProblem.from_sharded(
-        report.sharded, dtype, **quant_details(options, kernel, dtype)
+        report.sharded, dtype, **quant_from_options(options, kernel, dtype)
     )
     from moetune.extract.sharding import fewer_experts_note
 

@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
 from moetune.commands.options import (
     ENGINE_CHOICES,
+    Machine,
     batch_size_option,
+    batch_sizes_of,
+    check_gpu_visible,
     compare_dir_option,
     default_compile_workers,
     engine_option,
+    flag_worded,
     gpus_option,
     kernel_option,
+    layouts_from_options,
+    machine_from_options,
     model_options,
+    quant_choice,
     timeout_option,
     vllm_release_option,
+    worker_devices,
 )
 from moetune.commands.terminal import print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_HELP
 from moetune.tune.confirm import DEFAULT_ROUNDS
+from moetune.tune.request import SweepRequest
 from moetune.tune.results_dir import RESULTS_ROOT
 
 SEARCHES = ("fast", "thorough", "exhaustive")
@@ -122,30 +135,7 @@ SEARCHES = ("fast", "thorough", "exhaustive")
     "file for 0.33.0 never carries it."
 )
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
-def tune(
-    batch_sizes: tuple[tuple[int, ...], ...],
-    save_dir: Path | None,
-    engine: str,
-    search: str,
-    space_file: str | None,
-    confirm_rounds: int,
-    dry_run: bool,
-    gpus: tuple[str, ...] | None,
-    backend: str,
-    compile_workers: int | None,
-    timeout_s: float,
-    routing: str,
-    up_tma: bool,
-    overwrite: bool,
-    compare_dir: Path | None,
-    install: str | None,
-    install_dir: Path | None,
-    overwrite_installed: bool,
-    kernel: str,
-    vllm_release: str | None,
-    json_: bool,
-    **model: object,
-) -> None:
+def tune(json_: bool, dry_run: bool, **options: Any) -> None:
     """Tune the fused-MoE kernel for a model and write vLLM/SGLang config files.
 
     Lists in --tp, --ep-size and --dtype sweep layouts: every combination is
@@ -169,82 +159,193 @@ def tune(
     """
     from rich.console import Console
 
-    from moetune.commands.options import (
-        batch_sizes_of,
-        layouts_from_options,
-        machine_from_options,
-        worker_devices,
-    )
-    from moetune.engines.formats import engines_named
-    from moetune.engines.launch import resolve_kernels
-    from moetune.extract.layouts import resolve_layouts
-    from moetune.tune.output import check_space
-    from moetune.tune.results_dir import default_save_dir
-    from moetune.tune.search.space import default_space, load_space
-    from moetune.tune.sweep import plan_sweep, sweep_json, sweep_lines, sweep_summary_json
+    from moetune.tune.sweep import sweep_json
 
     # --json: stdout holds only the JSON (the plan's notes included), stderr only progress.
     out = Console(quiet=json_, highlight=False)
     err = Console(stderr=True, highlight=False)
-    layouts = layouts_from_options(model)
-    machine = machine_from_options(model, dry_run=dry_run)
-    resolved = resolve_layouts(
-        str(model["model"]),
-        layouts,
-        revision=model.get("revision"),
-        mappings=model.get("mappings"),
-        replace_mappings=bool(model.get("replace_mappings")),
-        allow_huge_shape=bool(model.get("allow_huge_shape")),
-    )
-    devices = worker_devices(gpus, machine, dry_run=dry_run)
-    engines = engines_named(engine)
-    kernels, kernel_notes = resolve_kernels(kernel, engines)
-    file_release, file_release_note = _vllm_file_release(vllm_release, engines)
-    targets = _install_targets(install, install_dir, engines, machine.triton_version)
-    if compile_workers is None:
-        compile_workers = default_compile_workers(devices)
-    workers = None
-    if not dry_run and backend == "local":
-        from moetune.tune.measure.worker import WorkerPool
+    checked = preflight(options, dry_run=dry_run)
+    workers = None if dry_run else _start_workers(checked, options)
+    sweep = _plan(tune_request(options, checked), checked)
+    notes = [note for group in sweep.groups for note in group.notes] + checked.machine.notes
+    notes = list(dict.fromkeys(notes + checked.kernel_notes))
+    _print_plan(sweep, notes, checked.targets, out, err, json_=json_)
+    if dry_run:
+        if json_:
+            click.echo(json.dumps({**sweep_json(sweep), "notes": notes}, indent=2))
+        return
+    result = _run_with_progress(sweep, err, workers)
+    _print_results(result, checked, notes, out, options, json_=json_)
 
-        # Started now, the worker processes load torch, Triton and CUDA while the plan is
-        # made; closed however the command ends (click closes its context).
-        workers = WorkerPool(list(devices), compile_workers=compile_workers, timeout_s=timeout_s)
-        click.get_current_context().call_on_close(workers.close)
-        workers.start()
-    sweep = plan_sweep(
-        str(model["model"]),
-        layouts,
-        resolved,
-        machine.limits,
-        is_sweep=len(layouts) > 1,
-        adapt=_routing_adapter(routing),
-        quant_options=model,
-        kernels=kernels,
-        batch_sizes=batch_sizes_of(batch_sizes),
-        space=tuple(
-            check_space(load_space(space_file), space_file) if space_file else default_space()
-        ),
-        save_dir=(save_dir or default_save_dir(str(model["model"]))).absolute(),
+
+@dataclass(frozen=True)
+class Checked:
+    """What `preflight` found: the options resolved into values, before any plan."""
+
+    layouts: tuple[Any, ...]  # moetune.extract.layouts.Layout, as asked
+    resolved: Any  # moetune.extract.layouts.ResolvedLayouts
+    space: tuple[Any, ...]
+    space_source: str
+    save_dir: Path
+    engines: tuple[str, ...]
+    kernels: dict[str, Any]
+    kernel_notes: list[str]
+    vllm_release: str | None
+    vllm_release_note: str
+    targets: list[Any]  # moetune.engines.install targets of --install
+    machine: Machine
+    devices: tuple[str | None, ...]
+
+
+def preflight(options: dict[str, Any], *, dry_run: bool) -> Checked:
+    """Every check that needs no plan, before the plan is made or printed: the options, the
+    search space, the install targets, a GPU to time on, the model's config, the save dir
+    (taken for the run) and the machine. torch is imported last, so that a bad value, a
+    missing GPU or a save dir another run holds is one line within about a second. A check
+    added here runs before any plan is printed."""
+    from moetune.engines.formats import engines_named
+    from moetune.engines.launch import resolve_kernels
+    from moetune.engines.names import installed_triton_version
+    from moetune.extract.layouts import resolve_layouts
+    from moetune.tune.results_dir import default_save_dir
+
+    layouts = tuple(layouts_from_options(options))
+    space, space_source = _search_space(options["space_file"])
+    engines = engines_named(options["engine"])
+    kernels, kernel_notes = resolve_kernels(options["kernel"], engines)
+    release, release_note = _vllm_file_release(options["vllm_release"], engines)
+    triton_version = installed_triton_version() or "unknown"
+    targets = _install_targets(options["install"], options["install_dir"], engines, triton_version)
+    check_gpu_visible(options["gpus"], dry_run=dry_run)
+    resolved = resolve_layouts(  # the model's config, read (a Hub id: fetched) and sharded
+        str(options["model"]),
+        list(layouts),
+        revision=options.get("revision"),
+        mappings=options.get("mappings"),
+        replace_mappings=bool(options.get("replace_mappings")),
+        allow_huge_shape=bool(options.get("allow_huge_shape")),
+    )
+    save_dir = (options["save_dir"] or default_save_dir(str(options["model"]))).absolute()
+    if not dry_run:  # one run at a time per folder, from here to the end of the command
+        click.get_current_context().with_resource(_holding(save_dir))
+    machine = machine_from_options(options, dry_run=dry_run)  # imports torch: seconds
+    devices = worker_devices(options["gpus"], machine, dry_run=dry_run)
+    return Checked(
+        layouts=layouts,
+        resolved=resolved,
+        space=space,
+        space_source=space_source,
+        save_dir=save_dir,
         engines=engines,
-        search=search,
+        kernels=dict(kernels),
+        kernel_notes=list(kernel_notes),
+        vllm_release=release,
+        vllm_release_note=release_note,
+        targets=targets,
+        machine=machine,
+        devices=tuple(devices),
+    )
+
+
+def tune_request(options: dict[str, Any], checked: Checked) -> SweepRequest:
+    """The request the tuner takes: the command's options as values (no flag goes down)."""
+    compile_workers = options["compile_workers"]
+    if compile_workers is None:
+        compile_workers = default_compile_workers(checked.devices)
+    machine = checked.machine
+    return SweepRequest(
+        model=str(options["model"]),
+        layouts=checked.layouts,
+        batch_sizes=batch_sizes_of(options["batch_sizes"]),
+        space=checked.space,
+        save_dir=checked.save_dir,
+        limits=machine.limits,
+        revision=options.get("revision"),
+        mappings=options.get("mappings"),
+        replace_mappings=bool(options.get("replace_mappings")),
+        allow_huge_shape=bool(options.get("allow_huge_shape")),
+        quant=quant_choice(options),
+        is_sweep=len(checked.layouts) > 1,
+        kernels=checked.kernels,
+        routing=options["routing"],
+        engines=checked.engines,
+        search=options["search"],
         device_name=machine.device_name,
         triton_version=machine.triton_version,
-        devices=devices,
-        backend=backend,
+        devices=checked.devices,
+        backend=options["backend"],
         compile_workers=compile_workers,
-        timeout_s=timeout_s,
-        overwrite=overwrite,
-        space_source=space_file or "vLLM/SGLang default grid",
-        up_tma=up_tma,
-        compare_dir=compare_dir,
-        confirm_rounds=confirm_rounds,
-        vllm_release=file_release,
-        vllm_release_note=file_release_note,
+        timeout_s=options["timeout_s"],
+        overwrite=options["overwrite"],
+        space_source=checked.space_source,
+        up_tma=options["up_tma"],
+        compare_dir=options["compare_dir"],
+        confirm_rounds=options["confirm_rounds"],
+        vllm_release=checked.vllm_release,
+        vllm_release_note=checked.vllm_release_note,
     )
-    notes = [note for group in sweep.groups for note in group.notes] + machine.notes
-    notes += kernel_notes
-    notes = list(dict.fromkeys(notes))
+
+
+def _plan(request: SweepRequest, checked: Checked) -> Any:
+    """The sweep's plans; a quantization choice the dtype refuses is said in its flag's words."""
+    from moetune.dtypes import QuantChoiceError
+    from moetune.tune.sweep import plan_sweep
+
+    try:
+        return plan_sweep(request, checked.resolved)
+    except QuantChoiceError as exc:
+        raise flag_worded(exc) from None
+
+
+def _search_space(space_file: str | None) -> tuple[tuple[Any, ...], str]:
+    """--space's configs, checked (docs/search-space.md), else the engines' default grid."""
+    from moetune.tune.output import check_space
+    from moetune.tune.search.space import default_space, load_space
+
+    if not space_file:
+        return tuple(default_space()), "vLLM/SGLang default grid"
+    return tuple(check_space(load_space(space_file), space_file)), space_file
+
+
+@contextlib.contextmanager
+def _holding(save_dir: Path) -> Iterator[None]:
+    """The save dir's lock for the run; a save dir it created is removed again if the
+    command wrote nothing there (a plan that failed leaves no empty folder)."""
+    from moetune.tune.dir_lock import save_dir_lock
+
+    created = not save_dir.exists()
+    try:
+        with save_dir_lock(save_dir):
+            yield
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                save_dir.rmdir()  # only if empty
+
+
+def _start_workers(checked: Checked, options: dict[str, Any]) -> Any:
+    """The local worker processes, started now so that they load torch, Triton and CUDA
+    while the plan is made; closed however the command ends (click closes its context).
+    None for Ray (the run makes its backend)."""
+    if options["backend"] != "local":
+        return None
+    from moetune.tune.measure.worker import WorkerPool
+
+    compile_workers = options["compile_workers"]
+    if compile_workers is None:
+        compile_workers = default_compile_workers(checked.devices)
+    workers = WorkerPool(
+        list(checked.devices), compile_workers=compile_workers, timeout_s=options["timeout_s"]
+    )
+    click.get_current_context().call_on_close(workers.close)
+    workers.start()
+    return workers
+
+
+def _print_plan(sweep, notes, targets, out, err, *, json_: bool) -> None:  # noqa: ANN001
+    """The plan, as printed before any work (its notes on stderr; --json: in the JSON)."""
+    from moetune.tune.sweep import sweep_lines
+
     if not json_:
         for note in notes:
             say(err, f"Note: {note}")
@@ -254,26 +355,23 @@ def tune(
         out.print(
             f"Install:     {target.engine} -> {target.folder} ({target.source})", markup=False
         )
-    if dry_run:
-        if json_:
-            click.echo(json.dumps({**sweep_json(sweep), "notes": notes}, indent=2))
-        return
 
-    from moetune.tune.dir_lock import save_dir_lock
 
-    with save_dir_lock(sweep.plans[0].request.save_dir):  # one run at a time per folder
-        result = _run_with_progress(sweep, err, workers)
+def _print_results(result, checked, notes, out, options, *, json_: bool) -> None:  # noqa: ANN001
+    """The summaries, the files each serves, what was installed (--json: one JSON document)."""
+    from moetune.tune.sweep import sweep_summary_json
+
     if not json_:
-        for group, summary in zip(sweep.groups, result.summaries, strict=False):
+        for group, summary in zip(result.sweep.groups, result.summaries, strict=False):
             _print_summary(summary, out)
             out.print(f"Serves: {', '.join(group.labels())}", markup=False)
-        if sweep.is_sweep:
+        if result.sweep.is_sweep:
             _print_served(result, out)
-        for note in kernel_notes:  # each fallback to a twin, said again under the results
+        for note in checked.kernel_notes:  # each fallback to a twin, said again under the results
             say(out, f"Note: {note}")
     installed, exports = [], []
     for summary in result.summaries:
-        done, needed = _install(targets, summary, overwrite_installed, out)
+        done, needed = _install(checked.targets, summary, options["overwrite_installed"], out)
         installed += done
         exports += [line for line in needed if line not in exports]
     if json_:
@@ -397,15 +495,6 @@ def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
                 soft_wrap=True,
             )
     return installed, exports
-
-
-def _routing_adapter(routing: str):  # noqa: ANN202
-    """None for uniform routing; else the function giving each shape the dump to replay."""
-    if routing == "uniform":
-        return None
-    from moetune.tune.measure.routing_dump import with_routing
-
-    return lambda problem: with_routing(problem, routing)
 
 
 def _run_with_progress(sweep, console, backend=None):  # noqa: ANN001, ANN202 - rich stays lazy

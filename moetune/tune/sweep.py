@@ -81,20 +81,20 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from moetune.device import DeviceLimits
+from moetune.dtypes import QuantChoice, quant_details
 from moetune.dtypes import compile_family as dtype_compile_family
-from moetune.dtypes import quant_details
 from moetune.engines.launch import KernelRef, kernel_for
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
 from moetune.fileio import open_input
 from moetune.tune.measure.measurer import Backend
-from moetune.tune.output import ENGINES, skipped_engines
+from moetune.tune.output import skipped_engines
 from moetune.tune.problem import TuneProblem
+from moetune.tune.request import UNIFORM_ROUTING, SweepRequest
 from moetune.tune.runner import (
     TunePlan,
     TuneRequest,
@@ -147,13 +147,12 @@ ESTIMATE_NOTE = (
 )
 
 
-def problem_of(shard: LayoutShard, quant_options: dict[str, Any] | None = None) -> TuneProblem:
-    """The kernel problem one rank of this layout runs (`quant_options`: --group-size,
-    --per-channel-quant over the checkpoint's quantization)."""
+def problem_of(shard: LayoutShard, quant: QuantChoice | None = None) -> TuneProblem:
+    """The kernel problem one rank of this layout runs (`quant`: the user's group size or
+    per-channel scales over the checkpoint's quantization)."""
     kernel = shard.kernel_dtype
     dtype = kernel.name
-    quant = quant_details(quant_options or {}, kernel, dtype)
-    return TuneProblem.from_sharded(shard.sharded, dtype, **quant)
+    return TuneProblem.from_sharded(shard.sharded, dtype, **quant_details(kernel, dtype, quant))
 
 
 @dataclass(frozen=True)
@@ -169,12 +168,12 @@ class ShapeGroup:
 
 
 def group_layouts(
-    shards: Sequence[LayoutShard], quant_options: dict[str, Any] | None = None
+    shards: Sequence[LayoutShard], quant: QuantChoice | None = None
 ) -> list[ShapeGroup]:
     """Layouts grouped by their problem, in the order each problem first appears."""
     groups: dict[TuneProblem, list[LayoutShard]] = {}
     for shard in shards:
-        groups.setdefault(problem_of(shard, quant_options), []).append(shard)
+        groups.setdefault(problem_of(shard, quant), []).append(shard)
     return [
         ShapeGroup(
             problem,
@@ -409,31 +408,22 @@ class SweepPlan:
         return None
 
 
-def plan_sweep(
-    model: str,
-    layouts: Sequence[Layout],
-    resolved: ResolvedLayouts,
-    limits: DeviceLimits,
-    *,
-    is_sweep: bool = True,
-    adapt: Callable[[TuneProblem], TuneProblem] | None = None,
-    quant_options: dict[str, Any] | None = None,
-    kernels: Mapping[str, KernelRef | None] | None = None,
-    **request: Any,
-) -> SweepPlan:
-    """One `TunePlan` per distinct problem; `request` holds the `TuneRequest` fields but the problem.
+def plan_sweep(request: SweepRequest, resolved: ResolvedLayouts) -> SweepPlan:
+    """One `TunePlan` per distinct problem of `request`'s layouts, as `resolved` shards them.
 
-    `adapt` completes each shape's problem (``--routing``: the dump to replay);
-    a shape it refuses (a `MoetuneError`) is skipped with the reason. A layout
-    whose files would overwrite another shape's files (bf16 and fp16 share the
-    engines' file names), or whose kernel the tuner cannot time (GPTQ int4...),
-    is skipped, with the reason. A single layout that fails raises its own error.
-    `kernels` maps each engine to the kernel its file is timed on (None or absent:
-    moetune's twin); engines on different kernels get one plan each, run in
+    The request's routing dump completes each shape's problem; a shape it
+    refuses (a `MoetuneError`) is skipped with the reason. A layout whose files
+    would overwrite another shape's files (bf16 and fp16 share the engines' file
+    names), or whose kernel the tuner cannot time (GPTQ int4...), is skipped,
+    with the reason. A single layout that fails raises its own error.
+    `request.kernels` maps each engine to the kernel its file is timed on (None or
+    absent: moetune's twin); engines on different kernels get one plan each, run in
     order; with ``search="fast"`` each plan after the first is seeded from the
     first one's results (a transfer search, `TunePlan.seeded_from`).
     """
-    layouts = list(resolved.layouts or layouts)  # as resolved: dtype auto named, each once
+    adapt = _routing_adapter(request.routing)
+    is_sweep = request.is_sweep
+    layouts = list(resolved.layouts or request.layouts)  # as resolved: dtype auto named, each once
     skipped = list(resolved.skipped)
     shards = []
     for shard in resolved.shards:
@@ -445,7 +435,7 @@ def plan_sweep(
     groups: list[ShapeGroup] = []
     plans: list[TunePlan] = []
     owners: dict[Path, ShapeGroup] = {}
-    for group in group_layouts(shards, quant_options):
+    for group in group_layouts(shards, request.quant):
         if adapt is not None:
             try:
                 group = replace(group, problem=adapt(group.problem))
@@ -456,7 +446,7 @@ def plan_sweep(
         # A sweep names the config source once, above the shapes.
         source = labels if is_sweep else f"{resolved.loaded.description}, {labels}"
         refused = skipped_engines(group.problem)  # e.g. vLLM has no int8_w8a8 file name
-        asked = tuple(request.get("engines", ENGINES))
+        asked = request.engines
         engines = tuple(e for e in asked if e not in refused)
         if not engines:
             reason = refused[asked[0]]
@@ -467,16 +457,12 @@ def plan_sweep(
             group = replace(group, notes=group.notes + notes)
         group_plans = [
             make_plan(
-                TuneRequest(
-                    problem=replace(group.problem, kernel=kernel),
-                    source=source,
-                    **{**request, "engines": on_kernel},
-                ),
-                limits,
+                plan_request(request, replace(group.problem, kernel=kernel), source, on_kernel),
+                request.limits,
             )
-            for kernel, on_kernel in _by_kernel(engines, kernels or {}, group.problem.dtype)
+            for kernel, on_kernel in _by_kernel(engines, request.kernels, group.problem.dtype)
         ]
-        if request.get("search", "fast") == "fast":
+        if request.search == "fast":
             # The same problem on another kernel: searched from the first kernel's results.
             first = group_plans[0].problem
             group_plans[1:] = [replace(plan, seeded_from=first) for plan in group_plans[1:]]
@@ -504,7 +490,7 @@ def plan_sweep(
     order = {layout: index for index, layout in enumerate(layouts)}
     skipped.sort(key=lambda s: order.get(s.layout, len(order)))
     return SweepPlan(
-        model=model,
+        model=request.model,
         source=resolved.loaded.description,
         layouts=tuple(layouts),
         groups=tuple(groups),
@@ -512,6 +498,29 @@ def plan_sweep(
         skipped=tuple(skipped),
         is_sweep=is_sweep,
     )
+
+
+# The fields of one plan's `TuneRequest` that a `SweepRequest` holds for every plan.
+_CARRIED = tuple(
+    f.name for f in fields(TuneRequest) if f.name not in ("problem", "source", "engines")
+)
+
+
+def plan_request(
+    request: SweepRequest, problem: TuneProblem, source: str, engines: tuple[str, ...]
+) -> TuneRequest:
+    """One plan's `TuneRequest`: `problem` on `engines`, the rest as `request` asks."""
+    carried = {name: getattr(request, name) for name in _CARRIED}
+    return TuneRequest(problem=problem, source=source, engines=engines, **carried)
+
+
+def _routing_adapter(routing: str) -> Callable[[TuneProblem], TuneProblem] | None:
+    """None for uniform routing; else the function giving each shape the dump to replay."""
+    if routing == UNIFORM_ROUTING:
+        return None
+    from moetune.tune.measure.routing_dump import with_routing
+
+    return lambda problem: with_routing(problem, routing)
 
 
 def _by_kernel(

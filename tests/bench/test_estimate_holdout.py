@@ -19,6 +19,7 @@ from moetune.engines.formats import engines_named
 from moetune.engines.launch import KernelRef
 from moetune.extract.layouts import expand_layouts, resolve_layouts
 from moetune.tune import sweep
+from moetune.tune.request import SweepRequest
 from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space
 
 HELD_OUT = "bench/results/2026-12-04-paired-climb/"
@@ -56,11 +57,10 @@ def estimate_s(tmp_path, model, tp, engine):
     # The run's plans: vLLM's kernel, then SGLang's (a transfer search and the split).
     kernels = {e: KernelRef(e, "0", "0", "installed", "0" * 12) for e in engines}
     layouts = expand_layouts([tp])
-    found = sweep.plan_sweep(
+    request = SweepRequest(
         model,
-        layouts,
-        resolve_layouts(model, layouts),
-        DeviceLimits.h200(),
+        tuple(layouts),
+        limits=DeviceLimits.h200(),
         batch_sizes=tuple(DEFAULT_BATCH_SIZES),
         space=default_space(),
         save_dir=tmp_path,
@@ -69,6 +69,7 @@ def estimate_s(tmp_path, model, tp, engine):
         kernels=kernels,
         is_sweep=False,
     )
+    found = sweep.plan_sweep(request, resolve_layouts(model, layouts))
     assert len(found.plans) == len(engines)
     return found.estimate_s()
 

@@ -149,20 +149,34 @@ def test_file_names_and_skipped_engines():
 def test_options_take_the_engines_group_block_shape_as_the_group_size():
     from types import SimpleNamespace
 
-    from moetune.commands.options import quant_details
+    from moetune.dtypes import QuantChoice, quant_details
 
     gptq = SimpleNamespace(block_shape=(0, 64), per_channel=False, zero_point=True)
-    assert quant_details({}, gptq, "int4_w4a16") == dict(
+    assert quant_details(gptq, "int4_w4a16") == dict(
         block_shape=None, per_channel=False, group_size=64, has_zp=True
     )
-    assert quant_details({"group_size": 32}, gptq, "int4_w4a16")["group_size"] == 32
+    assert quant_details(gptq, "int4_w4a16", QuantChoice(group_size=32))["group_size"] == 32
     fp8_block = SimpleNamespace(block_shape=(128, 128), per_channel=False)
-    assert quant_details({}, fp8_block, "fp8_w8a8")["block_shape"] == (128, 128)
+    assert quant_details(fp8_block, "fp8_w8a8")["block_shape"] == (128, 128)
     dynamic = SimpleNamespace(block_shape=None, per_channel=True)
-    assert quant_details({}, dynamic, "fp8_w8a8")["per_channel"] is True
+    assert quant_details(dynamic, "fp8_w8a8")["per_channel"] is True
     bf16 = SimpleNamespace(block_shape=None)
-    assert quant_details({}, bf16, "int8_w8a8")["per_channel"] is True  # int8 w8a8 always is
-    assert quant_details({}, bf16, "int4_w4a16")["group_size"] == 128  # the default
+    assert quant_details(bf16, "int8_w8a8")["per_channel"] is True  # int8 w8a8 always is
+    assert quant_details(bf16, "int4_w4a16")["group_size"] == 128  # the default
+
+
+def test_a_quant_choice_the_dtype_has_no_use_for_is_refused_in_values_not_flags():
+    from types import SimpleNamespace
+
+    from moetune.dtypes import QuantChoice, QuantChoiceError, quant_details
+
+    bf16 = SimpleNamespace(block_shape=None)
+    with pytest.raises(QuantChoiceError) as found:
+        quant_details(bf16, "bf16", QuantChoice(group_size=64))
+    assert str(found.value) == "a group size applies to int4_w4a16, not bf16"
+    assert found.value.worded("--group-size") == "--group-size applies to int4_w4a16, not bf16"
+    with pytest.raises(QuantChoiceError, match="^per-channel quantization applies to .*, not "):
+        quant_details(bf16, "int4_w4a16", QuantChoice(per_channel=True))
 
 
 def test_tune_accepts_what_the_kernel_implements():

@@ -8,6 +8,7 @@ import pytest
 from moetune.device import DeviceLimits
 from moetune.errors import MoetuneError, TuneError
 from moetune.extract.layouts import Layout, expand_layouts, resolve_layouts
+from moetune.tune.request import SweepRequest
 from moetune.tune.results_dir import default_save_dir, model_slug
 from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space, load_space
 from moetune.tune.sweep import (
@@ -43,7 +44,8 @@ def sweep(model, layouts, tmp_path, space=None, **request):
         "device_name": "NVIDIA H200",
         **request,
     }
-    return plan_sweep(model, layouts, resolved, DeviceLimits.h200(), **fields)
+    asked = SweepRequest(model, tuple(layouts), limits=DeviceLimits.h200(), **fields)
+    return plan_sweep(asked, resolved)
 
 
 def test_expand_layouts_is_the_product_in_order_without_duplicates():

@@ -22,6 +22,7 @@ from moetune.extract.layouts import expand_layouts, resolve_layouts
 from moetune.kernel.probe import Probe
 from moetune.tune.measure.measurer import RunContext
 from moetune.tune.measure.worker import Outcome
+from moetune.tune.request import SweepRequest
 from moetune.tune.runner import plan_lines, ranked, run_tune
 from moetune.tune.search.space import DeviceLimits, default_space
 from moetune.tune.store import ResultStore
@@ -51,11 +52,10 @@ SEEDED_LINE = (
 
 def both_engines(tmp_path, search="fast", batch_sizes=(16, 256), kernels=None, space=None):
     layouts = expand_layouts([1], dtypes=["bf16"])
-    return plan_sweep(
+    request = SweepRequest(
         MODEL,
-        layouts,
-        resolve_layouts(MODEL, layouts),
-        DeviceLimits.h200(),
+        tuple(layouts),
+        limits=DeviceLimits.h200(),
         is_sweep=False,
         kernels={"vllm": VLLM, "sglang": SGLANG} if kernels is None else kernels,
         batch_sizes=batch_sizes,
@@ -65,6 +65,7 @@ def both_engines(tmp_path, search="fast", batch_sizes=(16, 256), kernels=None, s
         device_name="NVIDIA H200",
         triton_version="3.6.0",
     )
+    return plan_sweep(request, resolve_layouts(MODEL, layouts))
 
 
 class TwoKernelBackend:
