@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,52 +110,142 @@ def benchmark(
     Example usage:
         moetune benchmark --model Qwen/Qwen3-30B-A3B --config "E=128,N=768,device_name=NVIDIA_H200.json"
     """
+    plan = _bench_plan(
+        config_files, model, batch_sizes, engine, compare_dir, kernel, strict, dry_run
+    )
+    if not json_:  # --json: the notes are in the JSON
+        _print_kernels(plan)
+    for warning in plan.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    devices = worker_devices(gpus, plan.resolved, dry_run=dry_run)
+    facts = plan.facts(repeat)
+    if dry_run:
+        if json_:
+            picks = [
+                {
+                    "batch_size": m,
+                    **{name: _described(plan.picks[m].get(name)) for name in plan.names},
+                }
+                for m in plan.sizes
+            ]
+            click.echo(json.dumps({**facts, "dry_run": True, "picks": picks}, indent=2))
+        else:
+            _print_plan(plan.picks, plan.title, plan.harness)
+        return
+    rows = _measure(plan, devices, timeout_s, repeat)
+    geomeans = _geomeans(plan, rows)
+    if json_:
+        report = {**facts, "results": rows, "geomean_speedup": geomeans}
+        if repeat > 1:
+            from moetune.tune.confirm import INTERVAL_METHOD
+
+            report["interval"] = INTERVAL_METHOD
+        click.echo(json.dumps(report, indent=2))
+        return
+    _print_results(plan, rows, geomeans, repeat)
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What `benchmark` times: each column's config per batch size, and the kernel (one per
+    engine) each column runs on."""
+
+    files: dict[str, Any]  # --config path -> its tuned file
+    resolved: Any  # moetune.commands.options.Resolved
+    engines: tuple[str, ...]
+    problems: dict[str, Any]  # engine -> the problem on that engine's kernel
+    sizes: tuple[int, ...]
+    baselines: list[Any]  # moetune.tune.baselines.Baseline
+    timed_on: dict[str, str]  # column -> the engine whose kernel times it
+    picks: dict[int, dict[str, Any]]  # batch size -> column -> its config
+    harness: str  # "whole", or "pair" (an SGLang up + down pair is among the columns)
+    notes: list[str]
+    warnings: list[str]
+
+    @property
+    def problem(self) -> Any:
+        return self.problems[self.engines[0]]
+
+    @property
+    def one_kernel(self) -> bool:
+        return len(set(self.problems.values())) == 1
+
+    @property
+    def names(self) -> list[str]:
+        """The columns: the baselines, then the --config files."""
+        return [b.key for b in self.baselines] + list(self.files)
+
+    @property
+    def title(self) -> str:
+        return f"{self.problem.shape_key()} on {self.resolved.device_name}"
+
+    def kernel_of(self, name: str) -> Any:
+        """The problem column `name` is timed on (its engine's kernel)."""
+        return self.problems[self.timed_on[name]]
+
+    def baselines_of(self, name: str) -> list[str]:
+        """The baselines column `name`'s speedups are taken over: those timed on its kernel."""
+        return [b.key for b in self.baselines if self.kernel_of(b.key) == self.kernel_of(name)]
+
+    def references(self) -> dict[str, str]:
+        """Each column's reference: the first fallback timed on the same kernel."""
+        return {name: self.baselines_of(name)[0] for name in self.names}
+
+    def facts(self, repeat: int) -> dict[str, Any]:
+        """The JSON's facts of the run, before any timing."""
+        from moetune.engines.launch import kernel_json
+
+        problem, dtype = self.problem, self.problem.dtype
+        return {
+            "problem": problem.key(),
+            "shape_key": problem.shape_key(),
+            "device_name": self.resolved.device_name,
+            "triton_version": self.resolved.triton_version,
+            "kernel": kernel_json(problem.kernel, dtype),
+            "kernels": {e: kernel_json(self.problems[e].kernel, dtype) for e in self.engines},
+            "timed_on": self.timed_on,
+            "harness": self.harness,
+            "baselines": [b.to_dict() for b in self.baselines],
+            "configs": self.names,
+            "notes": self.notes,
+            "warnings": self.warnings,
+            "repeat": repeat,
+        }
+
+
+def _bench_plan(
+    config_files: tuple[Path, ...],
+    model: dict[str, Any],
+    batch_sizes: tuple[tuple[int, ...], ...],
+    engine: str,
+    compare_dir: Path | None,
+    kernel: str,
+    strict: bool,
+    dry_run: bool,
+) -> BenchPlan:
+    """The shape, the columns and what each times per batch size; --strict's refusal."""
     from dataclasses import replace
 
     from moetune.engines.formats import engines_named
-    from moetune.engines.launch import benchmark_kernel, kernel_for, kernel_json
-    from moetune.engines.tuned_file import as_pair, describe, load_tuned_file, same_harness
-    from moetune.tune.baselines import engine_baselines, geomean_speedup
-    from moetune.tune.measure.worker import WorkerPool, WorkUnit
-    from moetune.tune.runner import kernel_description
+    from moetune.engines.launch import benchmark_kernel, kernel_for
+    from moetune.engines.tuned_file import as_pair, load_tuned_file, same_harness
+    from moetune.tune.baselines import engine_baselines
 
     files = {str(path): load_tuned_file(path) for path in config_files}
     resolved = problem_from_options(model, dry_run=dry_run)
     engines = engines_named(engine)
     kernels, kernel_notes = benchmark_kernel(kernel, engines)
     dtype = resolved.problem.dtype
-    # Each engine's columns are timed on that engine's kernel (`timed_on`).
     problems = {e: replace(resolved.problem, kernel=kernel_for(kernels[e], dtype)) for e in engines}
     problem = problems[engines[0]]
-    one_kernel = len(set(problems.values())) == 1
-    file_engines, file_notes = _file_engines(files, engines, one_kernel)
-    notes = list(dict.fromkeys([*resolved.notes, *kernel_notes, *file_notes]))
+    file_engines, file_notes = _file_engines(files, engines, len(set(problems.values())) == 1)
     mismatches = _mismatches(config_files, problem, resolved, model["model"])
     if strict and mismatches:
         more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
         raise BenchmarkError(
             f"--config {mismatches[0]}{more}; --strict times only files named for this shape"
         )
-    warnings = [
-        f"--config {mismatch}; timed as this shape anyway (--strict refuses such a file)"
-        for mismatch in mismatches
-    ]
-    if not json_:  # --json: the notes are in the JSON
-        for note in notes:
-            click.echo(f"Note: {note}", err=True)
-        if one_kernel:
-            click.echo(f"Kernel: {kernel_description(problem)}", err=True)
-        else:
-            for e in engines:
-                click.echo(
-                    f"Kernel of the {_ENGINE_LABEL[e]} columns: {kernel_description(problems[e])}",
-                    err=True,
-                )
-    for warning in warnings:
-        click.echo(f"Warning: {warning}", err=True)
     sizes = batch_sizes_of(batch_sizes)
-    devices = worker_devices(gpus, resolved, dry_run=dry_run)
-
     baselines = engine_baselines(
         problem,
         sizes,
@@ -164,20 +255,6 @@ def benchmark(
         compare_dir=compare_dir,
         pair_down_tables=True,
     )
-    names = [b.key for b in baselines] + list(files)
-    timed_on = {b.key: b.key.rsplit("_", 1)[0] for b in baselines} | file_engines
-    # The speedup of each column is over the first fallback timed on the same kernel.
-    references = {
-        name: next(
-            b.key for b in baselines if problems[timed_on[b.key]] == problems[timed_on[name]]
-        )
-        for name in names
-    }
-    # The baselines each column's speedups are taken over: those timed on its kernel.
-    baselines_of = {
-        name: [b.key for b in baselines if problems[timed_on[b.key]] == problems[timed_on[name]]]
-        for name in names
-    }
     picks: dict[int, dict[str, Any]] = {}
     for m in sizes:
         picks[m] = {b.key: b.configs[m] for b in baselines if b.configs.get(m) is not None}
@@ -188,32 +265,45 @@ def benchmark(
     harness = "whole" if same_harness(p for row in picks.values() for p in row.values()) else "pair"
     if harness == "pair":
         picks = {m: {name: as_pair(p) for name, p in row.items()} for m, row in picks.items()}
-    title = f"{problem.shape_key()} on {resolved.device_name}"
-    facts = {
-        "problem": problem.key(),
-        "shape_key": problem.shape_key(),
-        "device_name": resolved.device_name,
-        "triton_version": resolved.triton_version,
-        "kernel": kernel_json(problem.kernel, dtype),
-        "kernels": {e: kernel_json(problems[e].kernel, dtype) for e in engines},
-        "timed_on": timed_on,
-        "harness": harness,
-        "baselines": [b.to_dict() for b in baselines],
-        "configs": names,
-        "notes": notes,
-        "warnings": warnings,
-        "repeat": repeat,
-    }
-    if dry_run:
-        if json_:
-            plan = [
-                {"batch_size": m, **{name: _described(picks[m].get(name)) for name in names}}
-                for m in sizes
-            ]
-            click.echo(json.dumps({**facts, "dry_run": True, "picks": plan}, indent=2))
-        else:
-            _print_plan(picks, title, harness)
+    return BenchPlan(
+        files=files,
+        resolved=resolved,
+        engines=engines,
+        problems=problems,
+        sizes=sizes,
+        baselines=baselines,
+        timed_on={b.key: b.key.rsplit("_", 1)[0] for b in baselines} | file_engines,
+        picks=picks,
+        harness=harness,
+        notes=list(dict.fromkeys([*resolved.notes, *kernel_notes, *file_notes])),
+        warnings=[
+            f"--config {mismatch}; timed as this shape anyway (--strict refuses such a file)"
+            for mismatch in mismatches
+        ],
+    )
+
+
+def _print_kernels(plan: BenchPlan) -> None:
+    """The notes, and the kernel each engine's columns are timed on, on stderr."""
+    from moetune.tune.runner import kernel_description
+
+    for note in plan.notes:
+        click.echo(f"Note: {note}", err=True)
+    if plan.one_kernel:
+        click.echo(f"Kernel: {kernel_description(plan.problem)}", err=True)
         return
+    for e in plan.engines:
+        click.echo(
+            f"Kernel of the {_ENGINE_LABEL[e]} columns: {kernel_description(plan.problems[e])}",
+            err=True,
+        )
+
+
+def _measure(plan: BenchPlan, devices: Any, timeout_s: float, repeat: int) -> list[dict]:
+    """Every column timed at every batch size: one row per batch size (`--repeat`: the
+    rounds' medians and intervals)."""
+    from moetune.tune.measure.worker import WorkerPool, WorkUnit
+
     units = [
         WorkUnit(
             kernel_problem,
@@ -221,14 +311,14 @@ def benchmark(
             tuple(
                 dict.fromkeys(
                     pick
-                    for name, pick in picks[m].items()
-                    if problems[timed_on[name]] == kernel_problem
+                    for name, pick in plan.picks[m].items()
+                    if plan.kernel_of(name) == kernel_problem
                 )
             ),
             "full",
         )
-        for kernel_problem in dict.fromkeys(problems.values())
-        for m in sizes
+        for kernel_problem in dict.fromkeys(plan.problems.values())
+        for m in plan.sizes
     ]
     units = [unit for unit in units if unit.candidates]
     warm = [WorkUnit(u.problem, u.batch_size, (c,), "warm") for u in units for c in u.candidates]
@@ -240,60 +330,68 @@ def benchmark(
             for _ in pool.run(warm):  # compile everything in parallel first; timing decides
                 pass
         if repeat > 1:
-            rounds = _time_rounds(pool, problems, timed_on, picks, repeat)
+            rounds = _time_rounds(pool, plan.problems, plan.timed_on, plan.picks, repeat)
         else:
             for unit, outcome in pool.run(units):
                 timings[(unit.problem, unit.batch_size, outcome.candidate)] = outcome
+    if repeat > 1:
+        baselines_of = {name: plan.baselines_of(name) for name in plan.names}
+        references = plan.references()
+        return [
+            _repeated_row(m, plan.names, plan.picks[m], rounds[m], baselines_of, references)
+            for m in plan.sizes
+        ]
+    return [_timed_row(plan, m, timings) for m in plan.sizes]
 
-    rows = []
-    for m in sizes:
-        if repeat > 1:
-            rows.append(_repeated_row(m, names, picks[m], rounds[m], baselines_of, references))
+
+def _timed_row(plan: BenchPlan, m: int, timings: dict[tuple[Any, int, Any], Any]) -> dict:
+    """One batch size's row of one timing per column."""
+    from moetune.engines.tuned_file import describe
+
+    row: dict[str, Any] = {"batch_size": m}
+    for name in plan.names:
+        candidate = plan.picks[m].get(name)
+        if candidate is None:
+            row[name] = {"config": None, "status": "no runnable config", "latency_us": None}
             continue
-        row: dict[str, Any] = {"batch_size": m}
-        for name in names:
-            candidate = picks[m].get(name)
-            if candidate is None:
-                row[name] = {"config": None, "status": "no runnable config", "latency_us": None}
-                continue
-            outcome = timings[(problems[timed_on[name]], m, candidate)]
-            row[name] = {
-                **describe(candidate),
-                "status": outcome.status,
-                "latency_us": outcome.latency_us,
-                "p20_us": outcome.p20_us,
-                "p80_us": outcome.p80_us,
-                "error": outcome.error,
-            }
-        rows.append(row)
-    # A file is compared with the baselines timed on its own kernel only.
-    geomeans = {
-        name: {
-            b.key: geomean_speedup(
-                [(row[b.key]["latency_us"], row[name]["latency_us"]) for row in rows]
-            )
-            for b in baselines
-            if problems[timed_on[b.key]] == problems[timed_on[name]]
+        outcome = timings[(plan.kernel_of(name), m, candidate)]
+        row[name] = {
+            **describe(candidate),
+            "status": outcome.status,
+            "latency_us": outcome.latency_us,
+            "p20_us": outcome.p20_us,
+            "p80_us": outcome.p80_us,
+            "error": outcome.error,
         }
-        for name in files
-    }
-    if json_:
-        report = {**facts, "results": rows, "geomean_speedup": geomeans}
-        if repeat > 1:
-            from moetune.tune.confirm import INTERVAL_METHOD
+    return row
 
-            report["interval"] = INTERVAL_METHOD
-        click.echo(json.dumps(report, indent=2))
-        return
+
+def _geomeans(plan: BenchPlan, rows: list[dict]) -> dict[str, dict[str, float | None]]:
+    """Each file's geomean speedup over the baselines timed on its own kernel only."""
+    from moetune.tune.baselines import geomean_speedup
+
+    return {
+        name: {
+            key: geomean_speedup(
+                [(row[key]["latency_us"], row[name]["latency_us"]) for row in rows]
+            )
+            for key in plan.baselines_of(name)
+        }
+        for name in plan.files
+    }
+
+
+def _print_results(plan: BenchPlan, rows: list[dict], geomeans: dict, repeat: int) -> None:
+    """The table, the geomean speedups and where each column's config comes from."""
     # Files are columns "file 1", "file 2"...: their names, too long for a column, are
     # listed whole under the table.
-    labels = {b.key: b.label for b in baselines}
-    labels |= {name: f"file {index}" for index, name in enumerate(files, 1)}
+    labels = {b.key: b.label for b in plan.baselines}
+    labels |= {name: f"file {index}" for index, name in enumerate(plan.files, 1)}
     if repeat > 1:
-        _print_repeated(rows, names, labels, title, repeat, references)
+        _print_repeated(rows, plan.names, labels, plan.title, repeat, plan.references())
     else:
-        _print_table(rows, names, labels, title, references)
-    if harness == "pair":
+        _print_table(rows, plan.names, labels, plan.title, plan.references())
+    if plan.harness == "pair":
         click.echo(HARNESS_NOTE)
     for name, speedups in geomeans.items():
         parts = [
@@ -302,9 +400,9 @@ def benchmark(
             if value is not None
         ]
         click.echo(f"Geomean speedup of {labels[name]}: {'; '.join(parts) or '-'}.")
-    for b in baselines:
+    for b in plan.baselines:
         click.echo(f"  {b.label}: {b.source}")
-    for name in files:
+    for name in plan.files:
         click.echo(f"  {labels[name]}: {name}")
 
 

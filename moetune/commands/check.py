@@ -95,32 +95,12 @@ def check(
         moetune check --model Qwen/Qwen3-30B-A3B --tp 1 --device-name "NVIDIA H200"
         moetune check --model deepseek-ai/DeepSeek-V3 --tp 8 --engine sglang --json
     """
-    if model.get("ep") and model.get("ep_size") is not None:
-        raise click.UsageError("--ep (vLLM) and --ep-size (SGLang) both set the EP size; pass one")
-    if compare_only and compare_dir is None:
-        raise click.UsageError("--compare-only needs --compare-dir DIR")
-    if model.get("replace_mappings") and not model.get("mappings"):
-        if not os.environ.get("MOETUNE_MAPPINGS"):
-            raise click.UsageError(
-                "--replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)"
-            )
+    _check_usage(model, compare_dir, compare_only=compare_only)
     from moetune.engines.check import check_engines
     from moetune.engines.formats import engines_named
     from moetune.engines.names import installed_triton_version
-    from moetune.extract.report import build_report
 
-    report = build_report(
-        model["model"],
-        tp=model["tp"],
-        ep=model["ep"],
-        ep_size=model.get("ep_size"),
-        dtype=model["dtype"],
-        device_name=model.get("device_name"),
-        revision=model.get("revision"),
-        mappings=model.get("mappings"),
-        replace_mappings=model.get("replace_mappings", False),
-        allow_huge_shape=model.get("allow_huge_shape", False),
-    )
+    report = _report(model)
     triton_source = "--triton-version"
     if triton_version is None:
         triton_version = installed_triton_version()
@@ -137,41 +117,74 @@ def check(
     checks = [_follow_backend(report, item, model) for item in checks]
     present = all(item.present for item in checks)
     if json_:
-        local = report.sharded
-        click.echo(
-            json.dumps(
-                {
-                    "model": report.model,
-                    "tp_size": local.tp_size,
-                    "ep_size": local.ep_size,
-                    "local_experts": local.local_experts,
-                    "local_intermediate_size": local.intermediate_size,
-                    "hidden_size": local.hidden_size,
-                    "top_k": local.top_k,
-                    "engine_dtype": report.kernel_dtype.engine_dtype,
-                    "block_shape": None
-                    if report.kernel_dtype.block_shape is None
-                    else list(report.kernel_dtype.block_shape),
-                    "device_name": report.device.name,
-                    "device_name_source": report.device.source,
-                    "triton_version": triton_version,
-                    "triton_version_source": triton_source,
-                    "gpu_family": report.gpu_family,
-                    "all_present": present,
-                    "nothing_to_tune": not any(item.needs_file for item in checks),
-                    "engines": [
-                        {**item.to_dict(), "backend": _backend_dict(report, item.engine)}
-                        for item in checks
-                    ],
-                    "notes": list(report.notes),
-                },
-                indent=2,
-            )
-        )
+        document = _check_json(report, checks, triton_version, triton_source)
+        click.echo(json.dumps(document, indent=2))
     else:
         _print(report, checks, triton_version, triton_source)
     if not present:
         raise click.exceptions.Exit(EXIT_MISSING)
+
+
+def _check_usage(model: dict[str, Any], compare_dir: Path | None, *, compare_only: bool) -> None:
+    """The option combinations `check` refuses (usage errors, exit 2)."""
+    if model.get("ep") and model.get("ep_size") is not None:
+        raise click.UsageError("--ep (vLLM) and --ep-size (SGLang) both set the EP size; pass one")
+    if compare_only and compare_dir is None:
+        raise click.UsageError("--compare-only needs --compare-dir DIR")
+    if model.get("replace_mappings") and not model.get("mappings"):
+        if not os.environ.get("MOETUNE_MAPPINGS"):
+            raise click.UsageError(
+                "--replace-mappings needs --mappings FILE (or $MOETUNE_MAPPINGS)"
+            )
+
+
+def _report(model: dict[str, Any]) -> Any:
+    """The model's extraction report for the layout the options name (no torch)."""
+    from moetune.extract.report import build_report
+
+    return build_report(
+        model["model"],
+        tp=model["tp"],
+        ep=model["ep"],
+        ep_size=model.get("ep_size"),
+        dtype=model["dtype"],
+        device_name=model.get("device_name"),
+        revision=model.get("revision"),
+        mappings=model.get("mappings"),
+        replace_mappings=model.get("replace_mappings", False),
+        allow_huge_shape=model.get("allow_huge_shape", False),
+    )
+
+
+def _check_json(
+    report: Any, checks: list, triton_version: str | None, triton_source: str
+) -> dict[str, Any]:
+    """What `check --json` prints."""
+    local = report.sharded
+    return {
+        "model": report.model,
+        "tp_size": local.tp_size,
+        "ep_size": local.ep_size,
+        "local_experts": local.local_experts,
+        "local_intermediate_size": local.intermediate_size,
+        "hidden_size": local.hidden_size,
+        "top_k": local.top_k,
+        "engine_dtype": report.kernel_dtype.engine_dtype,
+        "block_shape": None
+        if report.kernel_dtype.block_shape is None
+        else list(report.kernel_dtype.block_shape),
+        "device_name": report.device.name,
+        "device_name_source": report.device.source,
+        "triton_version": triton_version,
+        "triton_version_source": triton_source,
+        "gpu_family": report.gpu_family,
+        "all_present": all(item.present for item in checks),
+        "nothing_to_tune": not any(item.needs_file for item in checks),
+        "engines": [
+            {**item.to_dict(), "backend": _backend_dict(report, item.engine)} for item in checks
+        ],
+        "notes": list(report.notes),
+    }
 
 
 def _follow_backend(report: Any, item: Any, options: dict[str, Any]) -> Any:

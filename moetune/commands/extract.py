@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -125,23 +125,26 @@ def _layout(tp: int, ep_size: int) -> str:
     return f"--tp {tp} --ep-size {ep_size} (SGLang): intermediate split {tp // ep_size} ways"
 
 
+def _table(*columns: str) -> Any:
+    """A borderless rich table: names, values and config paths stay whole; only the
+    meaning wraps (at spaces)."""
+    from rich.table import Table
+
+    grid = Table(box=None, pad_edge=False)
+    for column in columns:
+        grid.add_column(
+            column,
+            no_wrap=column != "meaning",
+            justify="right" if column == "value" else "left",
+        )
+    return grid
+
+
 def _print_tables(report: ExtractReport) -> None:
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     from moetune.commands.terminal import print_table
-
-    def table(*columns: str) -> Table:
-        # Names, values and config paths stay whole; only the meaning wraps (at spaces).
-        grid = Table(box=None, pad_edge=False)
-        for column in columns:
-            grid.add_column(
-                column,
-                no_wrap=column != "meaning",
-                justify="right" if column == "value" else "left",
-            )
-        return grid
 
     console = Console(highlight=False, soft_wrap=True)
     extraction, shape, local = report.extraction, report.extraction.shape, report.sharded
@@ -154,7 +157,7 @@ def _print_tables(report: ExtractReport) -> None:
         console.print("[bold red]GUESSED[/bold red]: generic fallback entry, check every value")
 
     console.print("\n[bold]MoE block[/bold] (whole model)")
-    values = table("parameter", "value", "from")
+    values = _table("parameter", "value", "from")
     for name, value in shape.to_dict().items():
         source = extraction.sources.get(name, "")
         if extraction.guessed and source:
@@ -162,15 +165,23 @@ def _print_tables(report: ExtractReport) -> None:
         values.add_row(name, "-" if value is None else escape(str(value)), escape(source))
     print_table(console, values)
 
-    kernel = report.kernel_dtype
+    console.print(f"\n[bold]Per GPU rank[/bold]: {escape(_layout(local.tp_size, local.ep_size))}")
+    per_rank = _table("quantity", "value", "meaning")
+    for row in _per_rank_rows(report):
+        per_rank.add_row(*(escape(str(cell)) for cell in row))
+    print_table(console, per_rank)
+    _print_engine_facts(console, report)
+
+
+def _per_rank_rows(report: ExtractReport) -> list[tuple[str, Any, str]]:
+    """The per-rank table's rows: (quantity, value, meaning)."""
+    local, kernel = report.sharded, report.kernel_dtype
     if kernel.engine_dtype:
         dtype_value, dtype_meaning = kernel.engine_dtype, f"from {kernel.reason}"
     else:
         dtype_value = kernel.activation_dtype
         dtype_meaning = f"no dtype in the file names; from {kernel.reason}"
-    console.print(f"\n[bold]Per GPU rank[/bold]: {escape(_layout(local.tp_size, local.ep_size))}")
-    per_rank = table("quantity", "value", "meaning")
-    rows = [
+    rows: list[tuple[str, Any, str]] = [
         ("local_experts", local.local_experts, "E of the file names"),
         ("local_intermediate_size", local.intermediate_size, "N of the file names"),
         ("expert_hidden_size", local.hidden_size, "K of the kernel"),
@@ -194,19 +205,20 @@ def _print_tables(report: ExtractReport) -> None:
         rows.append(("per_channel_quant", True, "per-channel weights, per-token activations"))
     if kernel.static_activations:
         rows.append(("activation scales", "static", "from the checkpoint"))
-    for row in rows:
-        per_rank.add_row(*(escape(str(cell)) for cell in row))
-    print_table(console, per_rank)
+    return rows
 
-    from moetune.extract.report import quant_lines
+
+def _print_engine_facts(console: Any, report: ExtractReport) -> None:
+    """What each engine runs (quantization, backend), the file names it reads, the notes."""
+    from rich.markup import escape
+
+    from moetune.extract.report import backend_lines, quant_lines
 
     quant = quant_lines(report)
     if quant:
         console.print("\n[bold]Quantization[/bold] (what each engine runs for this checkpoint)")
         for line in quant:
             console.print(escape(line))
-
-    from moetune.extract.report import backend_lines
 
     backends = backend_lines(report)
     if backends:

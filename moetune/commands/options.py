@@ -271,11 +271,15 @@ def worker_devices(gpus: tuple[str, ...] | None, machine: Any, *, dry_run: bool)
     if not gpus:
         return machine.devices
     if not dry_run and all(device is None for device in machine.devices):
-        raise TuneError(
-            f"--gpus {','.join(gpus)}: no CUDA GPU is visible here; leave --gpus out "
-            "(TRITON_INTERPRET=1 times on the CPU, for testing only)"
-        )
+        raise _gpus_refusal(gpus)
     return gpus
+
+
+def _gpus_refusal(gpus: tuple[str, ...]) -> TuneError:
+    return TuneError(
+        f"--gpus {','.join(gpus)}: no CUDA GPU is visible here; leave --gpus out "
+        "(TRITON_INTERPRET=1 times on the CPU, for testing only)"
+    )
 
 
 # The device files through which a process reaches a CUDA GPU: the NVIDIA driver's on Linux,
@@ -294,7 +298,7 @@ def check_gpu_visible(gpus: tuple[str, ...] | None, *, dry_run: bool) -> None:
     if any(os.path.exists(path) for path in CUDA_DEVICE_FILES):
         return
     if gpus:
-        worker_devices(gpus, Machine("", "", None, (None,)), dry_run=False)  # its refusal
+        raise _gpus_refusal(gpus)
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise TuneError(_no_gpu_message())
 
