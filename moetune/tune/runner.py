@@ -567,6 +567,31 @@ def _time_tma_b_off(
 STAGES = ("search", "baselines", "verify", "split", "confirm", "ceilings", "files")
 
 
+class _Stages:
+    """The stages a run enters, each with when it began: (name, Unix time, perf_counter)."""
+
+    def __init__(self, stage: Callable[[str], None] | None) -> None:
+        # "prepare": the baselines' files read, the store opened.
+        self.begun: list[tuple[str, float, float]] = [("prepare", time.time(), time.perf_counter())]
+        self.stage = stage
+
+    @property
+    def started(self) -> float:
+        return self.begun[0][2]
+
+    def enter(self, name: str) -> None:
+        self.begun.append((name, time.time(), time.perf_counter()))
+        if self.stage is not None:
+            self.stage(name)
+
+    def spans(self, ended: float) -> list[tuple[str, float, float]]:
+        """(stage, when it began, seconds until the next one or `ended`), in order."""
+        ends = [at for _, _, at in self.begun[1:]] + [ended]
+        return [
+            (name, when, end - at) for (name, when, at), end in zip(self.begun, ends, strict=True)
+        ]
+
+
 def run_tune(
     plan: TunePlan,
     *,
@@ -579,27 +604,53 @@ def run_tune(
     `progress` is called with every measurement (and whether the store had it),
     `stage` with each name of `STAGES` as that stage begins.
     """
-    # (stage, Unix time, perf_counter); "prepare": the baselines' files read, the store opened.
-    begun: list[tuple[str, float, float]] = [("prepare", time.time(), time.perf_counter())]
+    stages = _Stages(stage)
+    request = plan.request
+    summary = TuneSummary(plan)
+    store, context = _prepare(plan, summary)
+    owned = backend is None  # a backend passed in (a sweep's, shared by its shapes) stays open
+    backend = backend or make_backend(request)
+    try:
+        measurer = StoreMeasurer(
+            context, backend, store, overwrite=request.overwrite, on_measurement=progress
+        )
+        found, baseline_us = _search_and_baselines(plan, summary, store, context, measurer, stages)
+        choices = _choices(found, store, context)
+        verified, runners_up, confirmations = _verify_split_confirm(
+            plan, summary, measurer, backend, choices, stages
+        )
+        if _on_gpu(request):
+            stages.enter("ceilings")
+            summary.ceilings = _ceilings(backend, summary.notes)
+    finally:
+        if owned:
+            backend.close()
+    summary.rows = _rows(plan, summary, verified, runners_up, confirmations, baseline_us)
+    summary.notes.extend(kept_notes(summary.rows, summary.baselines))
+    stages.enter("files")
+    summary.files = _write_files(plan, summary)
+    summary.measured = measurer.timed
+    summary.compile = {
+        "warmed": measurer.warm_count,
+        "compile_s": round(measurer.warm_compile_s, 3),
+        "wall_s": round(measurer.warm_wall_s, 3),
+        "workers": backend.compile_workers,
+    }
+    summary.reused = measurer.reused
+    ended = time.perf_counter()
+    summary.wall_s = ended - stages.started
+    summary.stages = stages.spans(ended)
+    _record_summary(summary)
+    return summary
 
-    def enter(name: str) -> None:
-        begun.append((name, time.time(), time.perf_counter()))
-        if stage is not None:
-            stage(name)
 
-    from moetune.tune.baselines import engine_baselines, prefetch_baselines, time_baselines
-    from moetune.tune.confirm import choose_finalist, decide
-    from moetune.tune.output import write_engine_files
-    from moetune.tune.search.strategy import (
-        exhaustive_search,
-        fast_search,
-        search_options,
-        transfer_search,
-    )
+def _prepare(plan: TunePlan, summary: TuneSummary) -> tuple[ResultStore, RunContext]:
+    """The engine baselines (into `summary`), the store (checked writable now, not after
+    the first measurement) and the run's context; a note where the store holds this shape
+    on other kernels only."""
+    from moetune.tune.baselines import engine_baselines
 
     request, problem = plan.request, plan.problem
-    started = begun[0][2]
-    summary = TuneSummary(plan)
     summary.baselines = engine_baselines(
         problem,
         request.batch_sizes,
@@ -616,84 +667,125 @@ def run_tune(
     skipped = other_kernels_note(store, context, plan.seeded_from)
     if skipped:
         summary.notes.append(skipped)
-    owned = backend is None  # a backend passed in (a sweep's, shared by its shapes) stays open
-    backend = backend or make_backend(request)
-    try:
-        measurer = StoreMeasurer(
-            context, backend, store, overwrite=request.overwrite, on_measurement=progress
+    return store, context
+
+
+def _search_and_baselines(
+    plan: TunePlan,
+    summary: TuneSummary,
+    store: ResultStore,
+    context: RunContext,
+    measurer: StoreMeasurer,
+    stages: _Stages,
+) -> tuple[dict[int, Any], dict[int, dict[str, float | None]]]:
+    """The whole-call search (exhaustive, a transfer, or fast), vLLM 0.34's TMA-B off round,
+    then the baselines' timings: (each batch size's search result, its baselines' times)."""
+    from moetune.tune.baselines import prefetch_baselines, time_baselines
+    from moetune.tune.search.strategy import (
+        exhaustive_search,
+        fast_search,
+        search_options,
+        transfer_search,
+    )
+
+    request, problem = plan.request, plan.problem
+
+    def space_for(batch_size: int) -> list[Candidate]:
+        return list(plan.pruning[batch_size].kept)
+
+    # The baselines are known now: timed alongside the search, in its idle time.
+    prefetch_baselines(measurer, summary.baselines, request.batch_sizes)
+    stages.enter("search")
+    if request.search == "exhaustive":
+        found = exhaustive_search(request.batch_sizes, space_for, measurer)
+    elif plan.seeded_from is not None:
+        seeds = transfer_seeds(store, context, plan.seeded_from, request.batch_sizes)
+        found = transfer_search(
+            request.batch_sizes, space_for, measurer, problem, plan.limits, seeds
         )
-
-        def space_for(batch_size: int) -> list[Candidate]:
-            return list(plan.pruning[batch_size].kept)
-
-        # The baselines are known now: timed alongside the search, in its idle time.
-        prefetch_baselines(measurer, summary.baselines, request.batch_sizes)
-        enter("search")
-        if request.search == "exhaustive":
-            found = exhaustive_search(request.batch_sizes, space_for, measurer)
-        elif plan.seeded_from is not None:
-            seeds = transfer_seeds(store, context, plan.seeded_from, request.batch_sizes)
-            found = transfer_search(
-                request.batch_sizes, space_for, measurer, problem, plan.limits, seeds
-            )
-        else:
-            found = fast_search(
-                request.batch_sizes,
-                space_for,
-                measurer,
-                problem,
-                plan.limits,
-                search_options(request.search),
-            )
-
-        _time_tma_b_off(plan, store, context, measurer, found)
-        enter("baselines")
-        baseline_us = time_baselines(
-            measurer, summary.baselines, request.batch_sizes, summary.notes
+    else:
+        found = fast_search(
+            request.batch_sizes,
+            space_for,
+            measurer,
+            problem,
+            plan.limits,
+            search_options(request.search),
         )
+    _time_tma_b_off(plan, store, context, measurer, found)
+    stages.enter("baselines")
+    baseline_us = time_baselines(measurer, summary.baselines, request.batch_sizes, summary.notes)
+    return found, baseline_us
 
-        choices = {}
-        for m, result in found.items():
-            # Every full-fidelity timing of this batch size competes, the engine baselines'
-            # too: the written config is never one measured slower than an engine's own.
-            best = result.best
-            ranking = ranked(store, context, m, best.fidelity)
-            choices[m] = ranking if best in ranking else [best, *ranking]
-        enter("verify")
-        verified = verify_winners(backend, problem, choices, summary.notes)
-        if _split_engines(plan):
-            from moetune.tune.search.split_search import SplitOptions, tune_split
 
-            enter("split")
-            singles = {m: verified[m][0].candidate for m in request.batch_sizes}
-            options = SplitOptions(up_tma=request.up_tma)
-            rankings = {m: [row.candidate for row in choices[m]] for m in choices}
-            summary.split = tune_split(
-                plan, measurer, backend, singles, summary.notes, options, rankings=rankings
-            )
+def _choices(
+    found: dict[int, Any], store: ResultStore, context: RunContext
+) -> dict[int, list[Measurement]]:
+    """Per batch size, the candidates to verify, fastest first."""
+    choices = {}
+    for m, result in found.items():
+        # Every full-fidelity timing of this batch size competes, the engine baselines'
+        # too: the written config is never one measured slower than an engine's own.
+        best = result.best
+        ranking = ranked(store, context, m, best.fidelity)
+        choices[m] = ranking if best in ranking else [best, *ranking]
+    return choices
 
-        confirmations: dict[int, Confirmation] = {}
-        runners_up: dict[int, dict[Candidate, tuple[Measurement, int, float | None]]] = {}
-        if request.confirm_rounds > 0:
-            enter("confirm")
-            runners_up = verify_finalists(backend, problem, choices, verified)
-            confirmations = confirm_round(
-                backend,
-                plan,
-                {m: verified[m][0].candidate for m in verified},
-                summary.baselines,
-                {m: list(found) for m, found in runners_up.items()},
-            )
 
-        if _on_gpu(request):
-            enter("ceilings")
-            summary.ceilings = _ceilings(backend, summary.notes)
-    finally:
-        if owned:
-            backend.close()
+def _verify_split_confirm(
+    plan: TunePlan,
+    summary: TuneSummary,
+    measurer: StoreMeasurer,
+    backend: Backend,
+    choices: dict[int, list[Measurement]],
+    stages: _Stages,
+) -> tuple[dict, dict, dict[int, Confirmation]]:
+    """Each batch size's pick checked against the reference, SGLang's split search (into
+    `summary.split`), and the confirmation round: (verified, runners-up, confirmations)."""
+    request, problem = plan.request, plan.problem
+    stages.enter("verify")
+    verified = verify_winners(backend, problem, choices, summary.notes)
+    if _split_engines(plan):
+        from moetune.tune.search.split_search import SplitOptions, tune_split
 
+        stages.enter("split")
+        singles = {m: verified[m][0].candidate for m in request.batch_sizes}
+        options = SplitOptions(up_tma=request.up_tma)
+        rankings = {m: [row.candidate for row in choices[m]] for m in choices}
+        summary.split = tune_split(
+            plan, measurer, backend, singles, summary.notes, options, rankings=rankings
+        )
+    confirmations: dict[int, Confirmation] = {}
+    runners_up: dict[int, dict[Candidate, tuple[Measurement, int, float | None]]] = {}
+    if request.confirm_rounds > 0:
+        stages.enter("confirm")
+        runners_up = verify_finalists(backend, problem, choices, verified)
+        confirmations = confirm_round(
+            backend,
+            plan,
+            {m: verified[m][0].candidate for m in verified},
+            summary.baselines,
+            {m: list(found) for m, found in runners_up.items()},
+        )
+    return verified, runners_up, confirmations
+
+
+def _rows(
+    plan: TunePlan,
+    summary: TuneSummary,
+    verified: dict,
+    runners_up: dict,
+    confirmations: dict[int, Confirmation],
+    baseline_us: dict[int, dict[str, float | None]],
+) -> list[BatchResult]:
+    """The summary's row per batch size: the confirmation's choice among the finalists,
+    its roofline floor (a note where the time beats it) and what each engine's file holds."""
+    from moetune.tune.confirm import choose_finalist, decide
+
+    request, problem = plan.request, plan.problem
     # A replayed dump: the floor counts the experts its timed windows hit (None: unreadable).
     hits = floor_hits(problem, request.batch_sizes, summary.notes) if summary.ceilings else {}
+    rows = []
     for m in request.batch_sizes:
         pick, rank, rel_rms = verified[m]
         confirmation = confirmations.get(m)
@@ -703,23 +795,12 @@ def run_tune(
                 pick, rank, rel_rms = runners_up[m][confirmation.configs[TUNED]]
         floor_us = None
         if summary.ceilings is not None and hits is not None:
-            roof = moe_roofline(
-                m,
-                problem.num_experts,
-                problem.intermediate_size,
-                problem.hidden_size,
-                problem.top_k,
-                problem.dtype,
-                problem.engine_block_shape,
-                experts_hit=hits.get(m),
-                per_channel=problem.per_channel,
-            )
-            floor_us = 1e6 * summary.ceilings.floor_seconds(roof, problem.dtype)
+            floor_us = _floor_us(problem, m, hits.get(m), summary.ceilings)
             if pick.latency_us < floor_us:
                 summary.notes.append(
                     beats_floor_note(m, pick.latency_us, floor_us, summary.ceilings, problem)
                 )
-        summary.rows.append(
+        rows.append(
             BatchResult(
                 m,
                 pick.candidate,
@@ -735,14 +816,36 @@ def run_tune(
                 else tuple(decide(confirmation, request.engines)),
             )
         )
-    summary.notes.extend(kept_notes(summary.rows, summary.baselines))
-    enter("files")
-    summary.files = []
+    return rows
+
+
+def _floor_us(problem: TuneProblem, m: int, experts_hit: float | None, ceilings: Any) -> float:
+    """The roofline floor of one call at batch size `m` on the measured ceilings, in us."""
+    roof = moe_roofline(
+        m,
+        problem.num_experts,
+        problem.intermediate_size,
+        problem.hidden_size,
+        problem.top_k,
+        problem.dtype,
+        problem.engine_block_shape,
+        experts_hit=experts_hit,
+        per_channel=problem.per_channel,
+    )
+    return 1e6 * ceilings.floor_seconds(roof, problem.dtype)
+
+
+def _write_files(plan: TunePlan, summary: TuneSummary) -> list[Path]:
+    """Each engine's file(s) of what its rows hold, atomically, schema-validated."""
+    from moetune.tune.output import write_engine_files
+
+    request = plan.request
+    files: list[Path] = []
     for engine in request.engines:
         results, split = written_configs(engine, summary.rows, summary.baselines, summary.split)
-        summary.files += write_engine_files(
+        files += write_engine_files(
             results,
-            problem,
+            plan.problem,
             request.device_name,
             request.triton_version,
             request.save_dir,
@@ -751,22 +854,7 @@ def run_tune(
             notes=summary.notes,
             vllm_release=request.vllm_release,
         )
-    summary.measured = measurer.timed
-    summary.compile = {
-        "warmed": measurer.warm_count,
-        "compile_s": round(measurer.warm_compile_s, 3),
-        "wall_s": round(measurer.warm_wall_s, 3),
-        "workers": backend.compile_workers,
-    }
-    summary.reused = measurer.reused
-    ended = time.perf_counter()
-    summary.wall_s = ended - started
-    ends = [at for _, _, at in begun[1:]] + [ended]
-    summary.stages = [
-        (name, when, end - at) for (name, when, at), end in zip(begun, ends, strict=True)
-    ]
-    _record_summary(summary)
-    return summary
+    return files
 
 
 def verify_finalists(
