@@ -82,7 +82,7 @@ def sample_configs(problem, batch_size: int, count: int, seed: int) -> list:
     import torch
 
     from moetune.device import DeviceLimits
-    from moetune.tune.search.space import default_space, prune
+    from moetune.tune.api import default_space, prune
 
     limits = DeviceLimits.from_torch() if torch.cuda.is_available() else DeviceLimits.h200()
     kept = prune(default_space(), problem, batch_size, limits).kept
@@ -105,8 +105,7 @@ def _time(name: str, row: dict, timed, inputs) -> None:  # noqa: ANN001
 
 def _timer(problem, m: int, config: dict, item):  # noqa: ANN001, ANN202
     """The timing of `item` (a `Probe`; None: the whole call with `config`) on given inputs."""
-    from moetune.tune.measure.probe_timing import measure_probe
-    from moetune.tune.measure.timing import time_fused_moe
+    from moetune.tune.api import measure_probe, time_fused_moe
 
     if item is None:
         return lambda inputs: time_fused_moe(inputs, config, "full")
@@ -126,8 +125,7 @@ def measure(args: argparse.Namespace) -> int:
 
     from moetune.engines.launch import engine_gemm, resolve_kernel, twin_ref
     from moetune.kernel.problem import make_problem
-    from moetune.tune.measure.verify import check_output
-    from moetune.tune.problem import TuneProblem
+    from moetune.tune.api import TuneProblem, check_output
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -102,8 +102,7 @@ def layout_names(model: str) -> list[tuple[str, int, bool, str, int]]:
     in `layouts` order; a layout the model refuses is left out."""
     from moetune.errors import MoetuneError
     from moetune.extract.layouts import Layout, resolve_layouts
-    from moetune.tune.output import engine_file_path
-    from moetune.tune.sweep import problem_of
+    from moetune.tune.api import engine_file_path, problem_of
 
     found = []
     for tp, ep, dtype in layouts():

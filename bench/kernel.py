@@ -69,7 +69,7 @@ from moetune.kernel.quant import per_token_group_quant_fp8
 from moetune.kernel.reduce import moe_sum
 from moetune.kernel.routing import topk_routing
 from moetune.roofline import expected_experts_hit, moe_roofline
-from moetune.tune.measure.timing import FIDELITIES, time_bench, time_fused_moe
+from moetune.tune.api import FIDELITIES, time_bench, time_fused_moe
 
 BENCH_DIR = Path(__file__).resolve().parent
 SHAPES_FILE = BENCH_DIR / "shapes.json"
@@ -158,8 +158,8 @@ def measure_ceilings(device: str, quick: bool) -> dict:
     (`moetune.tune.measure.ceilings`: stream-read kernel, bf16/fp8/int8 8192^3 matmuls);
     on the host a token copy and a small bf16 matmul, only so the script runs."""
     if device == "cuda" and not quick:
-        from moetune.tune.measure.ceilings import MATMUL_SIZE, READ_BYTES
-        from moetune.tune.measure.ceilings import measure_ceilings as measure
+        from moetune.tune.api import MATMUL_SIZE, READ_BYTES
+        from moetune.tune.api import measure_ceilings as measure
 
         c = measure()
         return {

@@ -496,7 +496,7 @@ def measure_point(
 ) -> dict:
     import torch
 
-    from moetune.tune.measure.timing import FIDELITIES, capture_graph
+    from moetune.tune.api import FIDELITIES, capture_graph
 
     E, N, K, top_k, dtype, block_shape, _ = SHAPES[shape]
     on_gpu = problem.x.is_cuda

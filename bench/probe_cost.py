@@ -26,7 +26,7 @@ from pathlib import Path
 
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
-from moetune.tune.problem import TuneProblem
+from moetune.tune.api import TuneProblem
 
 # One tile per kind that runs on every dtype of the grid (BLOCK_SIZE_K 128: fp8 block's k).
 TILE = Candidate(16, 64, 128, 1, 4, 3)
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from moetune.kernel.problem import make_problem
-    from moetune.tune.measure.probe_timing import drop_routing_streams, measure_probe
+    from moetune.tune.api import drop_routing_streams, measure_probe
 
     e, n, k, top_k = (int(v) for v in args.shape.split(","))
     block = tuple(int(v) for v in args.block_shape.split(",")) if args.block_shape else None

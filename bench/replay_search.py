@@ -26,9 +26,7 @@ from collections.abc import Sequence
 from moetune.device import DeviceLimits
 from moetune.errors import TuneError
 from moetune.kernel.config import Candidate
-from moetune.tune.problem import TuneProblem
-from moetune.tune.search.strategy import fast_search
-from moetune.tune.store import Measurement, ResultStore
+from moetune.tune.api import Measurement, ResultStore, TuneProblem, fast_search
 
 
 def problem_from_key(key: str) -> TuneProblem:

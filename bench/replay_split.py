@@ -39,13 +39,19 @@ from typing import Any
 from moetune.device import DeviceLimits
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import Probe
-from moetune.tune.measure.timing import Outcome
-from moetune.tune.problem import TuneProblem
-from moetune.tune.runner import TunePlan, TuneRequest, make_plan
-from moetune.tune.search.space import PruneReport, default_space
-from moetune.tune.search.split_fast import FastSplitOptions
-from moetune.tune.search.split_search import SplitOptions, tune_split
-from moetune.tune.store import Measurement
+from moetune.tune.api import (
+    FastSplitOptions,
+    Measurement,
+    Outcome,
+    PruneReport,
+    SplitOptions,
+    TunePlan,
+    TuneProblem,
+    TuneRequest,
+    default_space,
+    make_plan,
+    tune_split,
+)
 
 LONE = ("up", "down")
 

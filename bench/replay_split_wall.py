@@ -54,14 +54,20 @@ from replay_wall import (  # noqa: E402
 
 from moetune.device import DeviceLimits  # noqa: E402
 from moetune.kernel.config import Candidate  # noqa: E402
-from moetune.tune.measure.measurer import RunContext, StoreMeasurer  # noqa: E402
-from moetune.tune.measure.timing import Outcome  # noqa: E402
-from moetune.tune.runner import TunePlan, TuneRequest  # noqa: E402
-from moetune.tune.search.space import PruneReport  # noqa: E402
-from moetune.tune.search.split import SplitResult, split_entries  # noqa: E402
-from moetune.tune.search.split_fast import FastSplitOptions  # noqa: E402
-from moetune.tune.search.split_search import SplitOptions, tune_split  # noqa: E402
-from moetune.tune.store import Measurement  # noqa: E402
+from moetune.tune.api import (  # noqa: E402
+    FastSplitOptions,
+    Measurement,
+    Outcome,
+    PruneReport,
+    RunContext,
+    SplitOptions,
+    SplitResult,
+    StoreMeasurer,
+    TunePlan,
+    TuneRequest,
+    split_entries,
+    tune_split,
+)
 
 ROOT = Path(__file__).resolve().parent / "results"
 # (store, the summary JSON of the run that filled it): Qwen3-235B TP8, both engines, on the H200.

@@ -72,26 +72,27 @@ from typing import Any
 from moetune.device import DeviceLimits
 from moetune.engines.launch import KernelRef
 from moetune.kernel.config import Candidate
-from moetune.tune.measure.measurer import FINAL_WARM_FAILURES, RunContext, StoreMeasurer
-from moetune.tune.measure.timing import Outcome
-from moetune.tune.measure.worker import FollowUp, WorkUnit
-from moetune.tune.problem import TuneProblem
-from moetune.tune.search.space import (
+from moetune.tune.api import (
+    FINAL_WARM_FAILURES,
     PRUNE_RULES,
-    Rule,
-    default_space,
-    prune,
-    prune_rules,
-    swap_ab_candidates,
-)
-from moetune.tune.search.strategy import (
     THOROUGH_OPTIONS,
     TRANSFER_OPTIONS,
     FastSearchOptions,
+    FollowUp,
+    Measurement,
+    Outcome,
+    Rule,
+    RunContext,
+    StoreMeasurer,
+    TuneProblem,
+    WorkUnit,
+    default_space,
     fast_search,
+    prune,
+    prune_rules,
+    swap_ab_candidates,
     transfer_search,
 )
-from moetune.tune.store import Measurement
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_TUNES = ROOT / "results" / "2026-12-02-default-tune-times"

@@ -25,11 +25,18 @@ import time
 from pathlib import Path
 
 from moetune.fileio import atomic_write_json
-from moetune.tune.measure.measurer import RunContext, StoreMeasurer
-from moetune.tune.measure.worker import WorkerPool, WorkUnit
-from moetune.tune.search.space import default_space, prune
-from moetune.tune.search.strategy import exhaustive_search, fast_search
-from moetune.tune.store import STORE_FILENAME, ResultStore
+from moetune.tune.api import (
+    STORE_FILENAME,
+    ResultStore,
+    RunContext,
+    StoreMeasurer,
+    WorkerPool,
+    WorkUnit,
+    default_space,
+    exhaustive_search,
+    fast_search,
+    prune,
+)
 
 SIDE_BY_SIDE_ROUNDS = 3
 

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("TRITON_INTERPRET", None)
     import triton
 
-    from moetune.tune.search.space import DEFAULT_VALUES
+    from moetune.tune.api import DEFAULT_VALUES
 
     results = {}
     for bm, bn, bk, warps, stages in itertools.product(
