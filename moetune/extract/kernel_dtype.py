@@ -28,6 +28,7 @@ UNQUANTIZED = {
     for alias in (spec.name, spec.activation_dtype)
 }
 
+
 @dataclass(frozen=True)
 class KernelDtype:
     """The dtype the fused-MoE kernel runs in, as the engines' file names spell it.
