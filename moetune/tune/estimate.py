@@ -66,7 +66,7 @@ CPU_HINT_PAIRS = 200
 
 # How a plan's rates were chosen: the device's own, another GPU's, or the CPU interpreter's
 # (which has none).
-MEASURED, OTHER_GPU, CPU = "measured", "other GPU", "CPU interpreter"
+MEASURED, OTHER_GPU, CPU = "measured", "other_gpu", "cpu_interpreter"
 
 # The rates of a GPU entry and the counts, by kind of value.
 SCALAR_RATES = (
