@@ -4,9 +4,9 @@ Every whole-call row carries `compile_s`: the seconds its candidate's first call
 that batch size (its compile, or a load from Triton's cache). Summed once per (problem,
 batch size, candidate) and divided by the problem's whole-call timings (both
 fidelities), that is what a search spends compiling per timing; the median over the
-stores of one dtype family is the rate `moetune.tune.sweep.estimate` prices compiling
-at (`COMPILE_S_PER_TIMING`). The timer's seconds per timing are the median gap between
-consecutive rows of one problem.
+stores of one dtype family is the rate `moetune.tune.estimate` prices compiling at
+(`compile_s_per_timing` in moetune/data/estimate_rates.yaml). The timer's seconds per timing
+(`timer_s_per_timing` there) are the median gap between consecutive rows of one problem.
 
     python bench/compile_rates.py [STORE.jsonl[.gz] ...]
 
@@ -42,7 +42,7 @@ MIN_TIMINGS = 500
 
 
 def family(problem_key: str) -> str:
-    """The dtype family a store key's kernel compiles as (`COMPILE_S_PER_TIMING`'s keys):
+    """The dtype family a store key's kernel compiles as (`compile_s_per_timing`'s keys):
     its quant_rules.yaml ``kernels:`` row's (`moetune.dtypes.compile_family`)."""
     fields = dict(part.split("=", 1) for part in problem_key.split(",") if "=" in part)
     return compile_family(

@@ -4,7 +4,8 @@ Every row of a store carries the time it was written. Sorted by time, the gap
 before a row is what that row cost (compiling overlapped by the parallel
 compile pass included); a gap over `SEGMENT_GAP_S` is a new run (a resume,
 a restart) and is left out. Summed per kind (whole call, lone GEMM, pair) and
-divided by the rows, that is the rate `moetune.tune.sweep.estimate` uses.
+divided by the rows, that is the rate `moetune.tune.estimate` prices each kind at
+(`seconds_per_lone` and `seconds_per_pair` in moetune/data/estimate_rates.yaml).
 
     python bench/split_rates.py STORE.jsonl[.gz] [...]
 
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 SEGMENT_GAP_S = 30.0
 # The recorded H200 default tunes of 2026-12-04 (both engines, the split search side by side,
-# every variant of a round in one ask): the rates `moetune.tune.sweep` prices the split at.
+# every variant of a round in one ask): the rates `moetune.tune.estimate` prices the split at.
 # The 2026-12-01 stores (`OLDER`: the split-pair runs and the int8_w8a8 SGLang tune, one
 # batch size after another, fresh routings per lone timing) give 0.065 s a lone timing.
 RECORDED = tuple(

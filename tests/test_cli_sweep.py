@@ -39,7 +39,9 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
     assert "Shape 1/2 on moetune's twin of the vLLM 0.33.0 kernel: serves TP1 EP bf16; ~" in out
     assert "Shape 2/2 on moetune's twin of the SGLang 0.5.23 kernel: serves TP2 EP bf16; ~" in out
     assert "\n  Compare:     SGLang fallback, no existing engine file found" in out
-    assert "Estimate:    ~" in out and "an estimate from the H200 rates" in out
+    assert (
+        "Estimate:    ~" in out and "(for an NVIDIA H200: the CPU interpreter has no rates)" in out
+    )
     assert f"Results:     {tmp_path / STORE_FILENAME} (one resumable store for every shape)" in out
     assert "Batch sizes: 2, 4" in out
     assert not list(tmp_path.iterdir())

@@ -5,6 +5,7 @@ reaches the kernels, the tuner, torch or triton; no import cycle between sibling
 its own process: import-linter configures logging, which other tests read.
 """
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +23,12 @@ def test_the_import_contracts_hold():
     )
     assert "Contracts: 3 kept, 0 broken." in result.stdout, result.stdout + result.stderr
     assert result.returncode == 0
+
+
+def test_the_contracts_count_type_checking_imports():
+    """An import under ``if TYPE_CHECKING:`` is still an import up the layers (it once closed
+    the circle engines/formats -> engines/names -> extract/quant -> engines/formats)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[tool.importlinter]", 1)[1].split("[[", 1)[0]
+    settings = re.findall(r"^exclude_type_checking_imports\s*=\s*(\w+)", section, re.M)
+    assert settings in ([], ["false"]), settings  # import-linter's default counts them

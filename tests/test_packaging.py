@@ -46,6 +46,7 @@ def test_wheel_builds_without_setuptools_warnings_and_holds_the_data(tmp_path):
         "moetune/data/schemas/tuned_config.schema.json",
         "moetune/data/schemas/search_space.schema.json",
         "moetune/data/backends.yaml",
+        "moetune/data/estimate_rates.yaml",
         "moetune/data/schemas/backends.schema.json",
         "moetune/catalog/INDEX.md",
         "moetune/catalog/Qwen__Qwen3-30B-A3B.json",

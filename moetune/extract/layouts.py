@@ -15,9 +15,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from moetune.engines.names import KernelDtype, resolve_kernel_dtype
 from moetune.errors import MoetuneError
 from moetune.extract.evaluate import extract_shape
+from moetune.extract.kernel_dtype import KernelDtype, resolve_kernel_dtype
 from moetune.extract.mappings import load_registry
 from moetune.extract.quant import QuantInfo, detect_quantization
 from moetune.extract.shape import Extraction, ShardedShape

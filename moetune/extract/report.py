@@ -17,9 +17,9 @@ from moetune.engines import backends as engine_backends
 from moetune.engines import names
 from moetune.engines.backends import BackendChoice, gpu_family, load_table, release_to_follow
 from moetune.engines.formats import engine_label
-from moetune.engines.names import KernelDtype, resolve_kernel_dtype
 from moetune.extract.backend_case import serving_backends
 from moetune.extract.evaluate import extract_shape
+from moetune.extract.kernel_dtype import KernelDtype, resolve_kernel_dtype
 from moetune.extract.mappings import load_registry
 from moetune.extract.quant import (
     EnginePlan,

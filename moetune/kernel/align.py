@@ -28,7 +28,7 @@ Two paths, both without host sync and CUDA-graph capturable:
 - large: count per chunk (which also fills the pads), scan, scatter: 3 launches.
 Counting is a `tl.histogram` per chunk; only the scatter uses atomics (relaxed, on
 one cursor per expert). On an H200 it takes 2-6 us up to M = 64, 2-10 us at
-M = 256 and 8-31 us at M = 4096 (bench/results/2026-11-30-kernel/).
+M = 256 and 8-31 us at M = 4096 (BENCHMARKS.md, The kernel against the floor).
 """
 
 from __future__ import annotations

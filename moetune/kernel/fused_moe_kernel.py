@@ -24,10 +24,10 @@ weight) and is launched as vLLM launches it (`invoke_fused_moe_gemm`). For bf16/
 fp8_w8a8 per tensor, per channel and block [128, 128], int8_w8a8 per channel and
 int8_w8a16, with and without SWAP_AB and the naive assignment, it compiles to vLLM's
 SASS instruction for instruction (``bench/sass_loop.py``, sm_90a, Triton 3.6 and 3.9:
-bench/results/2026-12-02-sass-vllm033/). vLLM 0.34.0's kernel, launched as 0.34 launches it
+BENCHMARKS.md, Rank fidelity and the twins). vLLM 0.34.0's kernel, launched as 0.34 launches it
 (`moetune.engines.launch.vllm_0_34`), compiles to the same SASS on fp16, bf16 (down GEMM),
-fp8 per tensor and per channel, int8 and block fp8 with BLOCK_SIZE_N 256 (Triton 3.9, sm_90a,
-2026-12-05); it differs on block fp8 only: TMA-B (sm90/sm100) and one weight scale per tile
+fp8 per tensor and per channel, int8 and block fp8 with BLOCK_SIZE_N 256 (Triton 3.9,
+sm_90a); it differs on block fp8 only: TMA-B (sm90/sm100) and one weight scale per tile
 where BLOCK_SIZE_N divides the block, which Triton 3.9 does not compile. vLLM's launch semantics:
 
 - naive assignment (``sorted_token_ids`` None, ``NAIVE_BLOCK_ASSIGNMENT``): no

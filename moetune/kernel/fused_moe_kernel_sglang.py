@@ -8,13 +8,13 @@ most the quantization block's N, and it waits on the previous kernel through
 programmatic dependent launch (and its launcher sizes the grid from
 ``len(sorted_token_ids)`` alone). On an H200 the vLLM twin took 1.05-1.16x SGLang's
 time for the same fp8-block config (up to 1.8x at BLOCK_SIZE_K 64), enough to change
-which config wins (bench/results/2026-12-02-twin-fidelity/). This kernel follows SGLang 0.5.23's
+which config wins (BENCHMARKS.md, Rank fidelity and the twins). This kernel follows SGLang 0.5.23's
 ``fused_moe_kernel`` (``sglang/kernels/ops/moe/fused_moe_triton_kernels.py``)
 expression by expression and takes its parameters under the same names, in the same
 order, with the same defaults, so that SGLang's launcher
 (`moetune.engines.launch.sglang_0_5_23.launch`) launches it unchanged. Launched so,
 it compiles to SGLang's SASS instruction for instruction (``bench/sass_loop.py
---sglang-ref``, sm_90a, Triton 3.6 and 3.9: bench/results/2026-12-02-sass-sglang0523/),
+--sglang-ref``, sm_90a, Triton 3.6 and 3.9: BENCHMARKS.md, Rank fidelity and the twins),
 and fails to compile where SGLang's does (Triton 3.9: fp8 block with swap_ab and
 BLOCK_SIZE_N <= group_n, where the scalar weight scale is indexed ``[:, None]``).
 

@@ -15,70 +15,12 @@ of the same command resumes each shape where it stopped.
 turns Ctrl-C / SIGTERM into `moetune.errors.Interrupted`, whose one line says
 how many measurements are saved and where.
 
-Time estimate (`estimate`): every stage the run goes through, at rates measured
-on one H200 (16 CPU cores, 14 compile processes, 18 batch sizes); on the default
-commands of bench/results/2026-12-04-paired-climb (cold Triton caches) it came
-within -0 % to +4 % of the wall time (-1 % to +26 % in the day's first run,
-bench/results/2026-12-04-default-tunes):
-
-- start-up, once a run (`STARTUP_S`): the command's imports and plan, the worker
-  processes loading torch, Triton and CUDA, the first compiles (the first timing came
-  11.6-13.9 s after the start);
-- whole-call search (fast, and a transfer): the searches of every batch size run
-  side by side (`moetune.tune.search.strategy`), so the 14 compile processes and
-  the GPU's timer work together and a search takes the longer of its compiling
-  over the processes and its timings on the timer, times a tail factor for the
-  rounds that wait on a last slow compile. Fast search times about 10 % of the
-  pruned (candidate, M) pairs since it climbs from two starts (replayed on the
-  recorded stores: 1,800 of 19,072 on DeepSeek-V3 TP8, 1,889 of 17,984 on
-  Qwen3-235B TP8), ``--search thorough`` (three starts) about 12 %; a transfer
-  (a second kernel's plan of the same problem, seeded from the first one's
-  results) about 40 timings per batch size whatever the space (39-55 in the
-  2026-12-04 H200 tunes). Compiling costs CPU seconds per whole-call timing by
-  kernel dtype (`COMPILE_S_PER_TIMING`, the median over the recorded H200 searches
-  of each, bench/compile_rates.py: bf16 0.36 over 21 searches, fp8 block 0.56, fp8
-  per channel 0.71, int8 0.54; int8 w8a16, never recorded, runs in fused_moe_kernel
-  and is priced as int8 w8a8); the timer takes about 0.02 s a timing (the median
-  gap between a search's rows, 0.015-0.026 s). The tail factors are the measured
-  search stages over that bound (2026-12-04, start-up taken out: bf16 0.9-1.2,
-  fp8 block 1.0; transfers, replayed, 1.1-1.5). Exhaustive search keeps its
-  sequential rate, about 0.06 s per timing (Qwen3-30B TP1: 136 s for 2,113
-  timings, bench/results/tune-h200.md);
-- baselines: each engine's fallback config and the file it loads today, one
-  whole-call timing per batch size each, at 0.06 s (they are timed alongside the
-  search, so most of this is spent inside it);
-- split search (engines that read a down table, `moetune.tune.search.split_search`):
-  0.035 s per lone-GEMM timing and 0.043 s per whole call with split configs (the
-  pair confirmations), the rates of the three 2026-12-04 default tunes (2,555 and 108
-  of them, bench/split_rates.py), its waits included: the batch sizes run side by side
-  and each round asks every GEMM variant at once, so the stage is bound by the timer.
-  ``--search fast`` times about 17 lone GEMMs per GEMM variant per batch size: 14.6-16.7
-  in those tunes, before the climb's paired round (`FastSplitOptions.paired_steps`);
-  15.4-16.9 with it, replayed on their stores over each plan's space
-  (bench/results/2026-12-04-paired-climb). ``--search thorough`` times each variant
-  about 0.8 times as often as the whole search timed whole calls (0.95 on the int8_w8a8
-  store, 0.62 on GLM-4.5-Air TP4: 4,217 lone rows for 2,279 whole ones over three
-  variants);
-  exhaustive times every pruned pair per variant;
-- fixed, per plan (`SECONDS_PER_PLAN`): the check against the reference, ceilings,
-  files (0.6-3.2 s measured);
-- long calls: those rates hold while one call is shorter than a replay
-  (`moetune.tune.measure.timing.TARGET_REPLAY_US`, 2 ms: the graph then holds several
-  calls). A longer call (a large M on a large shape) is replayed alone, so a
-  timing at that M takes at least its calls: the compile call, the sizing call and
-  the full fidelity's warm-up and timed replays (25 in all), each about 2x the
-  roofline floor at the H200's measured ceilings (the median whole call of the
-  recorded Qwen3-30B search at M = 4096 took 786 us over a 400 us floor,
-  examples/h200-2026-12-01). No default batch size of a released model is long
-  enough for that; M = 1,048,576 on Qwen3-30B is (about 5 s a timing).
-
-It is an estimate for an H200-class machine: fewer CPU cores compile slower,
-and a search that needs more rounds takes longer.
+The plan's time estimate is `moetune.tune.estimate`'s (its rates are data:
+``moetune/data/estimate_rates.yaml``); this module prints it with the plan.
 """
 
 from __future__ import annotations
 
-import math
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -86,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from moetune.dtypes import QuantChoice, quant_details
-from moetune.dtypes import compile_family as dtype_compile_family
 from moetune.engines.launch import KernelRef, kernel_for
 from moetune.errors import Interrupted, MoetuneError, Terminated, TuneError
 from moetune.extract.layouts import Layout, LayoutShard, ResolvedLayouts, SkippedLayout
 from moetune.fileio import open_input
+from moetune.tune.estimate import Estimate, Rates, cpu_hint, estimate_note, estimate_s, estimates
 from moetune.tune.measure.measurer import Backend
 from moetune.tune.output import skipped_engines
 from moetune.tune.problem import TuneProblem
@@ -107,44 +49,6 @@ from moetune.tune.runner import (
     summary_json,
 )
 from moetune.tune.signals import STOP_SIGNALS
-
-# See the module docstring for where these come from.
-SECONDS_PER_TIMED = 0.06  # one whole-call timing, one after another (baselines, exhaustive)
-STARTUP_S = 15.0  # once a run: the command starts, its workers load torch, Triton and CUDA
-SECONDS_PER_PLAN = 4.0  # each plan: the check against the reference, ceilings, files
-FAST_SEARCH_SHARE = 0.10  # of the pruned pairs, timed by the whole-call fast search
-THOROUGH_SEARCH_SHARE = 0.12  # ... by ``--search thorough`` (the climb from three starts)
-# Whole-call searches run their batch sizes side by side: compile processes and the timer.
-H200_COMPILE_WORKERS = 14  # 16 cores, less the timer and the main process
-TIMER_S_PER_TIMING = 0.02  # the timer's seconds per whole-call timing
-# CPU seconds of compiling per whole-call timing, by kernel dtype family (`compile_family`:
-# quant_rules.yaml's ``kernels:`` rows name theirs; int8_w8a16, unrecorded, runs in
-# fused_moe_kernel and is priced as int8_w8a8). wna16: the current int4 kernel's store
-# (kernel_rev=2); the first revision took 2.5.
-COMPILE_S_PER_TIMING = {
-    "bf16": 0.36,
-    "fp8": 0.34,
-    "fp8_block": 0.56,
-    "fp8_channel": 0.71,
-    "int8_w8a8": 0.54,
-    "wna16": 0.83,
-}
-SEARCH_TAIL = {"fast": 1.1, "fp8_block": 1.05, "transfer": 1.5}  # wall over the bound
-TRANSFER_PER_BATCH = 40  # whole-call timings per batch size of a transfer search
-SECONDS_PER_LONE = 0.035  # one lone-GEMM timing of the split search, its waits included
-SECONDS_PER_PAIR = 0.043  # one whole call with split configs (pair or single, confirming)
-FAST_SPLIT_LONE = 17  # lone timings per GEMM variant and batch size, --search fast
-THOROUGH_SPLIT_SHARE = 0.8  # lone timings per GEMM variant / whole-search timings, thorough
-BASELINES_PER_ENGINE = 2  # its fallback config and the file it would load today
-CALL_OVER_FLOOR = 2.0  # a searched call's time over its roofline floor (module docstring)
-# The H200's ceilings the long-call time is priced at: the HBM spec, and the matmul peaks
-# measured there (bf16 769 TFLOP/s, BENCHMARKS.md; fp8 1394-1440 and int8 932-950).
-H200_READ_BYTES_PER_S = 4.8e12
-H200_PEAK_FLOPS = {"bf16": 7.7e14, "fp8": 1.4e15, "int8": 9.4e14}
-ESTIMATE_NOTE = (
-    "an estimate from the H200 rates of BENCHMARKS.md's Tune time and the runs it cites; "
-    "other machines differ"
-)
 
 
 def problem_of(shard: LayoutShard, quant: QuantChoice | None = None) -> TuneProblem:
@@ -184,181 +88,33 @@ def group_layouts(
     ]
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """Expected wall time of one plan, and what it is made of."""
-
-    seconds: float
-    pairs: int  # (candidate, batch size) pairs left after pruning
-    timed: int  # whole-call timings the search is expected to take
-    split: bool = False  # an SGLang split search runs (its share is in `seconds`)
-    lone: int = 0  # lone-GEMM timings the split search is expected to take
-    stages: tuple[tuple[str, float], ...] = ()  # (stage, seconds), in the order they run
-    # Batch size -> least seconds of one timing there, where its calls outlast the rates.
-    long_timing_s: Mapping[int, float] = field(default_factory=dict)
-    # Seconds of the search stage each of its whole-call timings stands for (progress bar).
-    search_rate: float = SECONDS_PER_TIMED
-
-    def stage_seconds(self, name: str) -> float:
-        return dict(self.stages).get(name, 0.0)
-
-    def timing_seconds(self, rate: float, batch_size: int | None = None) -> float:
-        """Seconds of one timing at `rate` and `batch_size` (its calls' time where longer)."""
-        return max(rate, self.long_timing_s.get(batch_size, 0.0)) if batch_size else rate
-
-
-def long_timing_seconds(problem: TuneProblem, batch_size: int) -> float:
-    """Least seconds of one whole-call timing at `batch_size` on an H200: its calls' time."""
-    from moetune.roofline import moe_roofline, peak_kind
-    from moetune.tune.measure.timing import FIDELITIES
-
-    full = FIDELITIES["full"]
-    calls = 2 + full.warmup + full.replays  # compile, size the graph, then one call a replay
-    roof = moe_roofline(
-        batch_size,
-        problem.num_experts,
-        problem.intermediate_size,
-        problem.hidden_size,
-        problem.top_k,
-        problem.dtype,
-        problem.engine_block_shape,
-        per_channel=problem.per_channel,
-    )
-    peak = H200_PEAK_FLOPS[peak_kind(problem.dtype)]
-    return calls * CALL_OVER_FLOOR * roof.floor_seconds(H200_READ_BYTES_PER_S, peak)
-
-
-def compile_family(problem: TuneProblem) -> str:
-    """The kernel dtype family whose compile rate prices `problem` (`COMPILE_S_PER_TIMING`):
-    its quant_rules.yaml ``kernels:`` row's ``compile_family`` (`moetune.dtypes.compile_family`)."""
-    return dtype_compile_family(
-        problem.dtype, block_shape=problem.block_shape, per_channel=problem.per_channel
-    )
-
-
-def search_seconds(
-    problem: TuneProblem, timed_per_m: Mapping[int, float], long: Mapping[int, float], tail: float
-) -> float:
-    """A whole-call search's wall on an H200: compiling over the compile processes or timing on
-    the timer, whichever is longer (a long call's timing takes its calls' time), times `tail`."""
-    family = compile_family(problem)
-    compiling = sum(timed_per_m.values()) * COMPILE_S_PER_TIMING[family] / H200_COMPILE_WORKERS
-    timing = sum(n * max(TIMER_S_PER_TIMING, long.get(m, 0.0)) for m, n in timed_per_m.items())
-    return tail * max(compiling, timing)
-
-
-def split_variant_count(plan: TunePlan) -> int:
-    """The GEMM variants the split search times (TMA ones the shape rules out left out)."""
-    from moetune.tune.search.split_fast import tma_rule_out
-    from moetune.tune.search.split_search import SplitOptions, variants
-
-    found = variants(SplitOptions(up_tma=plan.request.up_tma))
-    return sum(1 for kind, tma in found if not tma or tma_rule_out(plan.problem, kind) is None)
-
-
-def search_share(search: str) -> float:
-    """The share of the pruned (candidate, batch size) pairs a whole-call search times."""
-    return {"exhaustive": 1.0, "thorough": THOROUGH_SEARCH_SHARE}.get(search, FAST_SEARCH_SHARE)
-
-
-def estimate(plan: TunePlan, *, first: bool = True) -> Estimate:
-    """Expected wall time of one plan on an H200-class machine (module docstring); `first`:
-    the run's first plan, which pays the start-up of the worker processes."""
-    from moetune.tune.search.split import split_engines
-
-    request = plan.request
-    batch_sizes = len(request.batch_sizes)
-    kept = {m: len(report.kept) for m, report in plan.pruning.items()}
-    pairs = sum(kept.values())
-    exhaustive = request.search == "exhaustive"
-    share = search_share(request.search)
-    timed_per_m = {m: share * count for m, count in kept.items()}
-    if plan.seeded_from is not None:  # a transfer: about as many timings per batch size
-        timed_per_m = {m: min(TRANSFER_PER_BATCH, count) for m, count in kept.items()}
-        timed = sum(timed_per_m.values())
-    else:
-        timed = math.ceil(pairs * share)  # exhaustive: every pair (share 1)
-    baselines = BASELINES_PER_ENGINE * len(request.engines) * batch_sizes
-    split = bool(split_engines(request.engines))
-    lone = confirms = 0
-    lone_per_m: dict[int, float] = {}
-    if split:
-        gemms = split_variant_count(plan)
-        if exhaustive:
-            lone = pairs * gemms
-            lone_per_m = {m: kept.get(m, 0) * gemms for m in request.batch_sizes}
-        elif request.search == "thorough":
-            lone = math.ceil(THOROUGH_SPLIT_SHARE * timed * gemms)
-            lone_per_m = {
-                m: THOROUGH_SPLIT_SHARE * share * kept.get(m, 0) * gemms
-                for m in request.batch_sizes
-            }
-        else:
-            lone = FAST_SPLIT_LONE * gemms * batch_sizes
-            lone_per_m = dict.fromkeys(request.batch_sizes, FAST_SPLIT_LONE * gemms)
-        confirms = 2 * batch_sizes  # the pair and the single config, as whole calls
-    # Where a batch size's calls outlast the rates, its timings take their calls' time.
-    long = {m: long_timing_seconds(plan.problem, m) for m in request.batch_sizes}
-
-    def beyond(rate: float, count: Callable[[int], float]) -> float:
-        return sum(count(m) * max(0.0, long[m] - rate) for m in request.batch_sizes)
-
-    per_engine = BASELINES_PER_ENGINE * len(request.engines)
-    if exhaustive:
-        search_s = SECONDS_PER_TIMED * timed + beyond(
-            SECONDS_PER_TIMED, lambda m: timed_per_m.get(m, 0)
-        )
-    else:
-        if plan.seeded_from is not None:
-            tail = SEARCH_TAIL["transfer"]
-        else:
-            tail = SEARCH_TAIL.get(compile_family(plan.problem), SEARCH_TAIL["fast"])
-        search_s = search_seconds(plan.problem, timed_per_m, long, tail)
-    stages = (
-        ("start-up", STARTUP_S if first else 0.0),
-        ("search", search_s),
-        (
-            "baselines",
-            SECONDS_PER_TIMED * baselines + beyond(SECONDS_PER_TIMED, lambda m: per_engine),
-        ),
-        (
-            "split",
-            SECONDS_PER_LONE * lone
-            + SECONDS_PER_PAIR * confirms
-            + (
-                beyond(SECONDS_PER_LONE, lambda m: lone_per_m.get(m, 0))
-                + beyond(SECONDS_PER_PAIR, lambda m: 2)
-                if split
-                else 0.0
-            ),
-        ),
-        ("fixed", SECONDS_PER_PLAN),
-    )
-    seconds = sum(value for _, value in stages)
-    rate = search_s / timed if timed else SECONDS_PER_TIMED
-    return Estimate(seconds, pairs, timed, split, lone, stages, long, rate)
-
-
 STAGE_LABELS = {
     "start-up": "start-up",
     "search": "search",
     "baselines": "baselines",
     "split": "split",
+    "confirm": "confirm",
     "fixed": "checks/files",
 }
 
 
-def _estimate_line(est: Estimate | None, seconds: float, suffix: str = "") -> str:
-    """The plan's estimate line; with `est`, its stages (those that take time) summed."""
+def _estimate_line(est: Estimate, seconds: float, suffix: str = "", stages: bool = True) -> str:
+    """The estimate line: `seconds`, with `stages` `est`'s stages (those that take time)
+    summed, and what the estimate is for (`estimate_note`)."""
     parts = ""
-    if est is not None:
+    if stages:
         shown = [
             f"{STAGE_LABELS[name]} {format_duration(value) if value >= 0.5 else '<1 s'}"
             for name, value in est.stages
             if value
         ]
         parts = " = " + " + ".join(shown)
-    return f"Estimate:    ~{format_duration(seconds)}{suffix}{parts} ({ESTIMATE_NOTE})"
+    return f"Estimate:    ~{format_duration(seconds)}{suffix}{parts} ({estimate_note(est)})"
+
+
+def _hint_lines(ests: Sequence[Estimate]) -> list[str]:
+    """Under the estimate, on the CPU interpreter: a full-size tune takes hours there."""
+    return [f"{'':13}{line}" for line in cpu_hint(ests)]
 
 
 @dataclass(frozen=True)
@@ -375,12 +131,13 @@ class SweepPlan:
     def store_path(self) -> Path:
         return self.plans[0].store_path
 
-    def estimates(self) -> list[Estimate]:
-        """Each plan's estimate; the first pays the run's start-up (one worker pool serves all)."""
-        return [estimate(plan, first=index == 0) for index, plan in enumerate(self.plans)]
+    def estimates(self, rates: Rates | None = None) -> list[Estimate]:
+        """Each plan's estimate; the first pays the run's start-up (one worker pool serves all).
+        `rates`: instead of the device's (`moetune.tune.estimate.device_rates`)."""
+        return estimates(self.plans, rates)
 
-    def estimate_s(self) -> float:
-        return sum(e.seconds for e in self.estimates())
+    def estimate_s(self, rates: Rates | None = None) -> float:
+        return estimate_s(self.plans, rates)
 
     def shape_numbers(self) -> list[int]:
         """Each plan's shape, numbered from 1: the plans of one shape on several kernels
@@ -546,19 +303,21 @@ def sweep_lines(sweep: SweepPlan, compare: Callable[[TunePlan], str] | None = No
 
     `compare(plan)` names the baselines a plan will time (its ``Compare:`` line).
     """
-    estimates = sweep.estimates()
+    ests = sweep.estimates()
 
     def compare_lines(plan: TunePlan) -> list[str]:
         return [f"Compare:     {compare(plan)}"] if compare is not None else []
 
     if not sweep.is_sweep:  # one layout: its plan, or one per kernel timed
         lines: list[str] = []
-        for plan, est in zip(sweep.plans, estimates, strict=True):
+        for plan, est in zip(sweep.plans, ests, strict=True):
             lines += ([""] if lines else []) + plan_lines(plan)
             lines.append(_estimate_line(est, est.seconds))
+            lines += _hint_lines(ests) if len(sweep.plans) == 1 else []
             lines += compare_lines(plan)
         if len(sweep.plans) > 1:  # one per kernel: they run one after another
-            lines += ["", _estimate_line(None, sweep.estimate_s(), " in all")]
+            lines += ["", _estimate_line(ests[0], sweep.estimate_s(), " in all", stages=False)]
+            lines += _hint_lines(ests)
         return lines
     reason = {s.layout: s.reason for s in sweep.skipped}
     width = max(len(layout.label()) for layout in sweep.layouts)
@@ -581,11 +340,10 @@ def sweep_lines(sweep: SweepPlan, compare: Callable[[TunePlan], str] | None = No
         else:
             key = sweep.groups[index].problem.shape_key()
             lines.append(f"  {layout.label():<{width}}  -> shape {numbers[index]}: {key}")
-    lines.append(_estimate_line(None, sweep.estimate_s(), " in all"))
+    lines.append(_estimate_line(ests[0], sum(e.seconds for e in ests), " in all", stages=False))
+    lines += _hint_lines(ests)
     lines.append(f"Results:     {sweep.store_path} (one resumable store for every shape)")
-    for index, (group, plan, est) in enumerate(
-        zip(sweep.groups, sweep.plans, estimates, strict=True)
-    ):
+    for index, (group, plan, est) in enumerate(zip(sweep.groups, sweep.plans, ests, strict=True)):
         on = f" on {kernel_label(plan.problem)}" if per_kernel else ""
         lines.append("")
         lines.append(
@@ -615,6 +373,10 @@ def _shape_extra(sweep: SweepPlan, index: int, est: Estimate) -> dict[str, Any]:
         "estimate_timed": est.timed,
         "estimate_stages_s": {name: round(value, 1) for name, value in est.stages},
         "estimate_lone": est.lone,
+        "estimate_confirm": est.confirms,
+        "estimate_rates": est.rates.gpu,
+        "estimate_basis": est.basis,
+        "estimate_note": estimate_note(est),
     }
 
 
@@ -640,7 +402,7 @@ def sweep_json(sweep: SweepPlan) -> dict[str, Any]:
         "layouts": layouts,
         "store": str(sweep.store_path),
         "estimate_s": round(sum(est.seconds for est in estimates), 1),
-        "estimate_note": ESTIMATE_NOTE,
+        "estimate_note": estimate_note(estimates[0]),
         "shapes": [
             {**plan_json(plan), **_shape_extra(sweep, index, est)}
             for index, (plan, est) in enumerate(zip(sweep.plans, estimates, strict=True))

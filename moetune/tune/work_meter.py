@@ -1,13 +1,14 @@
 """How far a tune has come, in the estimate's seconds: what `moetune tune`'s progress bar counts.
 
-The plan's estimate (`moetune.tune.sweep.estimate`) prices every stage: each
+The plan's estimate (`moetune.tune.estimate.estimate`) prices every stage: each
 whole-call, lone-GEMM and pair timing at its measured rate, the run's start-up
 (the worker processes, on the first plan) and the fixed part (the check against
 the reference, ceilings, files). The meter adds each timing's price as it
 arrives (its calls' time at a batch size whose calls outlast the rates), the
-start-up at the first timing, and the fixed part in four equal shares: at the
+start-up at the first timing, the fixed part in four equal shares: at the
 first timing, and as the stages after the check, the ceilings and the files
-begin or the run ends. When a run needs more than the estimate, the total grows
+begin or the run ends, and the confirmation (whose timings are not reported one
+by one) as the stage after it begins. When a run needs more than the estimate, the total grows
 with it.
 
 `SweepMeter` puts the plans of one run (each engine's kernel, each shape of a
@@ -27,17 +28,15 @@ class WorkMeter:
     """Estimated seconds done out of `total`; `stage` names come from `runner.STAGES`."""
 
     def __init__(self, estimate: Any) -> None:
-        from moetune.tune.sweep import SECONDS_PER_LONE, SECONDS_PER_PAIR
-
         self.estimate = estimate
         self.total = float(estimate.seconds)
         self.fixed_share = estimate.stage_seconds("fixed") / (len(FIXED_STAGES) + 1)
         self.startup = estimate.stage_seconds("start-up")
         self.rates = {
             "whole": estimate.search_rate,
-            "up": SECONDS_PER_LONE,
-            "down": SECONDS_PER_LONE,
-            "pair": SECONDS_PER_PAIR,
+            "up": estimate.rates.seconds_per_lone,
+            "down": estimate.rates.seconds_per_lone,
+            "pair": estimate.rates.seconds_per_pair,
         }
         self.done = 0.0
         self.current = ""
@@ -61,6 +60,8 @@ class WorkMeter:
         """Stage `name` begins: the one before it is done."""
         if self.current in FIXED_STAGES:
             self._add(self.fixed_share)
+        elif self.current == "confirm":
+            self._add(self.estimate.stage_seconds("confirm"))
         self.current = name
 
     def finish(self) -> None:

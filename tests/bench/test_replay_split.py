@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import replay_split  # bench/ is on sys.path (conftest.py)
 
+from moetune.tune.estimate import default_rates
 from moetune.tune.search.split_fast import FastSplitOptions
-from moetune.tune.sweep import FAST_SPLIT_LONE
+
+R = default_rates()  # the packaged table's default GPU
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,8 +33,8 @@ def test_fast_split_search_needs_a_fraction_of_the_lone_timings(replays):
     assert int8["old_lone"] == 5778
     assert int8["new_lone"] <= 0.12 * int8["old_lone"]
     # About 15 per GEMM variant and batch size (14 before the climb's paired round; the plan's
-    # estimate counts FAST_SPLIT_LONE, from the default tunes' stores).
-    assert 14 <= int8["new_lone"] / (2 * 18) <= FAST_SPLIT_LONE
+    # estimate counts R.fast_split_lone, from the default tunes' stores).
+    assert 14 <= int8["new_lone"] / (2 * 18) <= R.fast_split_lone
 
 
 def test_fast_split_search_writes_what_the_old_one_wrote_within_noise(replays):

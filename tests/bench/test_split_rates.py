@@ -1,6 +1,6 @@
 """The split rates the plan's estimate uses predict a run they were not fitted on.
 
-`SECONDS_PER_LONE` and `SECONDS_PER_PAIR` are `bench/split_rates.py` on the stores of the
+`seconds_per_lone` and `seconds_per_pair` (estimate_rates.yaml) are `bench/split_rates.py` on the stores of the
 2026-12-04 default tunes (`split_rates.RECORDED`, call 3 there). Held out: the three default
 tunes of the later paired-climb run, whose split stages were timed by their summaries.
 """
@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import split_rates  # bench/ is on sys.path (conftest.py)
 
-from moetune.tune.sweep import SECONDS_PER_LONE, SECONDS_PER_PAIR
+from moetune.tune.estimate import default_rates
+
+R = default_rates()  # the packaged table's default GPU
 
 HELD_OUT = split_rates.ROOT / "results" / "2026-12-04-paired-climb" / "h200" / "call2"
 RUNS = ("qwen235", "glm", "dsv3")
@@ -34,7 +36,7 @@ def split_stage(run: str) -> tuple[int, int, float]:
 
 
 def predicted(lone: int, pair: int) -> float:
-    return SECONDS_PER_LONE * lone + SECONDS_PER_PAIR * pair
+    return R.seconds_per_lone * lone + R.seconds_per_pair * pair
 
 
 def test_the_held_out_run_is_not_among_the_fitted_stores():

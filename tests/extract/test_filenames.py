@@ -4,7 +4,6 @@ import pytest
 
 from moetune.engines import names
 from moetune.engines.names import (
-    resolve_kernel_dtype,
     sglang_config_filename,
     sglang_config_folder,
     sglang_device_name,
@@ -12,6 +11,7 @@ from moetune.engines.names import (
     vllm_device_name,
 )
 from moetune.errors import MoetuneError
+from moetune.extract.kernel_dtype import KernelDtype, resolve_kernel_dtype
 from moetune.extract.shape import MoEShape
 
 DEEPSEEK_V3 = MoEShape(256, 8, 2048, 7168, 7168, 1, "bfloat16", "fp8", (128, 128))
@@ -272,16 +272,16 @@ def test_quantized_name_table(dtype, block, per_channel, vllm, sglang):
 @pytest.mark.parametrize(
     "kernel, refused",
     [
-        (names.KernelDtype(None, "bfloat16", None, "x"), None),
-        (names.KernelDtype("fp8_w8a8", "bfloat16", (128, 128), "x"), None),
-        (names.KernelDtype("int4_w4a16", "float16", (0, 128), "x"), None),
+        (KernelDtype(None, "bfloat16", None, "x"), None),
+        (KernelDtype("fp8_w8a8", "bfloat16", (128, 128), "x"), None),
+        (KernelDtype("int4_w4a16", "float16", (0, 128), "x"), None),
         # int8_w8a16 runs per-channel only: a group-quantized checkpoint is refused.
-        (names.KernelDtype("int8_w8a16", "bfloat16", None, "x"), None),
-        (names.KernelDtype("int8_w8a16", "bfloat16", (0, 128), "x"), "int8_w8a16 group 128"),
-        (names.KernelDtype("fp8_w8a8", "bfloat16", None, "x", per_channel=True), None),
-        (names.KernelDtype("int8_w8a8", "bfloat16", None, "x", per_channel=True), None),
+        (KernelDtype("int8_w8a16", "bfloat16", None, "x"), None),
+        (KernelDtype("int8_w8a16", "bfloat16", (0, 128), "x"), "int8_w8a16 group 128"),
+        (KernelDtype("fp8_w8a8", "bfloat16", None, "x", per_channel=True), None),
+        (KernelDtype("int8_w8a8", "bfloat16", None, "x", per_channel=True), None),
         (
-            names.KernelDtype("fp8_w8a8", "bfloat16", None, "x", static_activations=True),
+            KernelDtype("fp8_w8a8", "bfloat16", None, "x", static_activations=True),
             "fp8_w8a8 static activation scales",
         ),
     ],

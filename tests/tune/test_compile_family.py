@@ -7,13 +7,11 @@ import pytest
 
 from moetune.dtypes import DTYPES, _compile_family, compile_family, kernel_variants
 from moetune.errors import InvalidMappingsError
+from moetune.tune.estimate import compile_family as problem_family
+from moetune.tune.estimate import default_rates, search_seconds
 from moetune.tune.problem import TuneProblem
-from moetune.tune.sweep import (
-    COMPILE_S_PER_TIMING,
-    H200_COMPILE_WORKERS,
-    search_seconds,
-)
-from moetune.tune.sweep import compile_family as problem_family
+
+R = default_rates()  # the packaged table's default GPU
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,16 +41,16 @@ def test_each_kernel_problem_has_its_family(problem, family):
 def test_every_kernels_row_names_a_priced_family():
     rows = kernel_variants()
     assert {row.dtype for row in rows} == set(DTYPES.quantized())
-    assert all(row.compile_family in COMPILE_S_PER_TIMING for row in rows)
-    assert compile_family("bf16") in COMPILE_S_PER_TIMING
+    assert all(row.compile_family in R.compile_s_per_timing for row in rows)
+    assert compile_family("bf16") in R.compile_s_per_timing
 
 
 def test_int8_w8a16_is_priced_at_the_int8_rate_not_the_int4_one():
     timed = {64: 1000.0}
     int8 = search_seconds(shape("int8_w8a16"), timed, {}, 1.0)
     int4 = search_seconds(shape("int4_w4a16", group_size=128), timed, {}, 1.0)
-    assert int8 == pytest.approx(1000 * COMPILE_S_PER_TIMING["int8_w8a8"] / H200_COMPILE_WORKERS)
-    assert COMPILE_S_PER_TIMING["int8_w8a8"] == 0.54 and int8 < int4
+    assert int8 == pytest.approx(1000 * R.compile_s_per_timing["int8_w8a8"] / R.compile_workers)
+    assert R.compile_s_per_timing["int8_w8a8"] == 0.54 and int8 < int4
 
 
 def test_a_row_without_a_family_is_a_rules_error():

@@ -10,6 +10,7 @@ import pytest
 
 from moetune.device import DeviceLimits
 from moetune.kernel.config import SWAP_AB_BLOCK_M, Candidate
+from moetune.tune.estimate import estimate
 from moetune.tune.problem import TuneProblem
 from moetune.tune.runner import TuneRequest, make_plan, plan_lines
 from moetune.tune.search.space import (
@@ -22,7 +23,6 @@ from moetune.tune.search.space import (
     rule_accumulator_spills,
     swap_ab_candidates,
 )
-from moetune.tune.sweep import estimate
 
 H200 = DeviceLimits.h200()
 A100 = replace(H200, name="NVIDIA A100", compute_capability=(8, 0))

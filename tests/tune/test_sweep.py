@@ -8,29 +8,13 @@ import pytest
 from moetune.device import DeviceLimits
 from moetune.errors import MoetuneError, TuneError
 from moetune.extract.layouts import Layout, expand_layouts, resolve_layouts
+from moetune.tune.estimate import default_rates, estimate
 from moetune.tune.request import SweepRequest
 from moetune.tune.results_dir import default_save_dir, model_slug
 from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space, load_space
-from moetune.tune.sweep import (
-    COMPILE_S_PER_TIMING,
-    FAST_SEARCH_SHARE,
-    FAST_SPLIT_LONE,
-    H200_COMPILE_WORKERS,
-    SEARCH_TAIL,
-    SECONDS_PER_LONE,
-    SECONDS_PER_PAIR,
-    SECONDS_PER_PLAN,
-    SECONDS_PER_TIMED,
-    STARTUP_S,
-    THOROUGH_SEARCH_SHARE,
-    THOROUGH_SPLIT_SHARE,
-    TIMER_S_PER_TIMING,
-    estimate,
-    plan_sweep,
-    sweep_json,
-    sweep_lines,
-)
+from moetune.tune.sweep import plan_sweep, sweep_json, sweep_lines
 
+R = default_rates()  # the packaged table's default GPU
 DATA = Path(__file__).parent / "data"
 TINY = str(DATA / "tiny-moe")  # E=4, top-k 2, N=32, K=64, bf16
 
@@ -151,27 +135,31 @@ def test_estimate_counts_every_stage_at_the_h200_rates(tmp_path):
     est = estimate(tune)
     pairs = sum(len(r.kept) for r in tune.pruning.values())
     assert est.pairs == pairs
-    assert est.timed == math.ceil(pairs * FAST_SEARCH_SHARE)
+    assert est.timed == math.ceil(pairs * R.fast_search_share)
     assert not est.split and est.lone == 0
     # The batch sizes side by side: 14 processes compile while the timer times; bf16 compiles
     # outlast the timings (0.36 CPU-s a timing over 14 processes against 0.02 s).
-    compiling = est.timed * COMPILE_S_PER_TIMING["bf16"] / H200_COMPILE_WORKERS
-    assert compiling > est.timed * TIMER_S_PER_TIMING
+    compiling = est.timed * R.compile_s_per_timing["bf16"] / R.compile_workers
+    assert compiling > est.timed * R.timer_s_per_timing
     assert dict(est.stages) == pytest.approx(
         {
-            "search": SEARCH_TAIL["fast"] * compiling,
-            "baselines": SECONDS_PER_TIMED * 2 * 18,  # vLLM's fallback and its file, per M
+            "search": R.search_tail["fast"] * compiling,
+            "baselines": R.seconds_per_timed * 2 * 18,  # vLLM's fallback and its file, per M
             "split": 0.0,
-            "start-up": STARTUP_S,  # the run's first plan starts the worker processes
-            "fixed": SECONDS_PER_PLAN,
+            "start-up": R.startup_s,  # the run's first plan starts the worker processes
+            # 5 rounds of the pick, its 2 runners-up, vLLM's fallback and its file, per M.
+            "confirm": R.confirm_s_per_timing * 5 * (1 + 2 + 2) * 18,
+            "fixed": R.seconds_per_plan,
         },
         rel=1e-3,  # the timings per batch size are fractions; `timed` rounds their sum up
     )
     assert est.seconds == pytest.approx(sum(dict(est.stages).values()))
     assert est.search_rate == pytest.approx(est.stage_seconds("search") / est.timed)
+    assert est.confirms == 5 * 5 * 18
     # bench/results/tune-h200.md: this tune took 136 s on an H200 searching one batch size
-    # after another; bench/replay_wall.py replays its store pipelined in 64-76 s (+ 12 s).
-    assert 70 < est.seconds < 110
+    # after another, with no confirmation; bench/replay_wall.py replays its store pipelined
+    # in 64-76 s (+ 12 s).
+    assert 70 < est.seconds - est.stage_seconds("confirm") < 110
     exhaustive = sweep(TINY, qwen, tmp_path, search="exhaustive").plans[0]
     assert estimate(exhaustive).timed == 3 * 2
     assert estimate(exhaustive).lone == 3 * 2 * 3  # every pair, up, down and down TMA
@@ -182,25 +170,25 @@ def test_the_estimate_includes_the_split_search_at_its_measured_rates(tmp_path):
     full = dict(space=default_space(), batch_sizes=tuple(DEFAULT_BATCH_SIZES))
     fast_plan = sweep("Qwen/Qwen3-30B-A3B", qwen, tmp_path, **full).plans[0]
     fast = estimate(fast_plan)
-    assert fast.split and fast.lone == FAST_SPLIT_LONE * 3 * 18  # up, down, down TMA
+    assert fast.split and fast.lone == R.fast_split_lone * 3 * 18  # up, down, down TMA
     assert fast.stage_seconds("split") == pytest.approx(
-        SECONDS_PER_LONE * fast.lone + SECONDS_PER_PAIR * 2 * 18
+        R.seconds_per_lone * fast.lone + R.seconds_per_pair * 2 * 18
     )
     thorough = sweep("Qwen/Qwen3-30B-A3B", qwen, tmp_path, search="thorough", **full).plans[0]
     slow = estimate(thorough)
-    assert slow.lone == math.ceil(THOROUGH_SPLIT_SHARE * slow.timed * 3)
+    assert slow.lone == math.ceil(R.thorough_split_share * slow.timed * 3)
     # The same whole search, over the space without the fast search's measured rule.
     spills = sum(r.removed["accumulator_spills"] for r in fast_plan.pruning.values())
     assert spills > 0 and slow.pairs == fast.pairs + spills
-    # ... climbing from three starts: THOROUGH_SEARCH_SHARE of the pairs, not FAST_SEARCH_SHARE.
-    share = THOROUGH_SEARCH_SHARE / FAST_SEARCH_SHARE
+    # ... climbing from three starts: R.thorough_search_share of the pairs, not R.fast_search_share.
+    share = R.thorough_search_share / R.fast_search_share
     assert slow.stage_seconds("search") == pytest.approx(
         fast.stage_seconds("search") * share * slow.pairs / fast.pairs, rel=0.01
     )
     # int8_w8a8: SGLang runs no TMA, so two variants are searched.
     int8 = expand_layouts([1], dtypes=["int8_w8a8"])
     est = estimate(sweep("Qwen/Qwen3-30B-A3B", int8, tmp_path, **full).plans[0])
-    assert est.lone == FAST_SPLIT_LONE * 2 * 18
+    assert est.lone == R.fast_split_lone * 2 * 18
 
 
 def test_a_batch_size_whose_call_outlasts_the_rate_is_estimated_at_its_calls(tmp_path):
@@ -227,7 +215,7 @@ def test_a_batch_size_whose_call_outlasts_the_rate_is_estimated_at_its_calls(tmp
         batch_sizes=(1, 1_048_576), engines=("vllm",),
     ).plans[0]  # fmt: skip
     extra = estimate(both).stage_seconds("baselines") - est.stage_seconds("baselines")
-    assert extra == pytest.approx(2 * SECONDS_PER_TIMED)
+    assert extra == pytest.approx(2 * R.seconds_per_timed)
 
 
 def test_the_plan_line_names_every_stage(tmp_path):
@@ -235,7 +223,7 @@ def test_the_plan_line_names_every_stage(tmp_path):
     lines = sweep_lines(sweep(TINY, layouts, tmp_path, is_sweep=False))
     (line,) = [line for line in lines if line.startswith("Estimate:")]
     assert " = start-up 15 s + search <1 s + baselines <1 s + split " in line
-    assert "+ checks/files 4 s (an estimate from the H200 rates" in line
+    assert "+ confirm 4 s + checks/files 4 s (for an NVIDIA H200: " in line
 
 
 @pytest.mark.parametrize(

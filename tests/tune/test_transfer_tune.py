@@ -20,24 +20,14 @@ from moetune.engines.launch import KernelRef
 from moetune.errors import Interrupted
 from moetune.extract.layouts import expand_layouts, resolve_layouts
 from moetune.kernel.probe import Probe
+from moetune.tune.estimate import default_rates, estimate
 from moetune.tune.measure.measurer import RunContext
 from moetune.tune.measure.worker import Outcome
 from moetune.tune.request import SweepRequest
 from moetune.tune.runner import plan_lines, ranked, run_tune
 from moetune.tune.search.space import DeviceLimits, default_space
 from moetune.tune.store import ResultStore
-from moetune.tune.sweep import (
-    COMPILE_S_PER_TIMING,
-    FAST_SEARCH_SHARE,
-    H200_COMPILE_WORKERS,
-    SEARCH_TAIL,
-    TRANSFER_PER_BATCH,
-    estimate,
-    plan_sweep,
-    run_sweep,
-    sweep_json,
-    sweep_lines,
-)
+from moetune.tune.sweep import plan_sweep, run_sweep, sweep_json, sweep_lines
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import OtherKernelGPU, SyntheticGPU  # noqa: E402
@@ -48,6 +38,8 @@ MODEL = "Qwen/Qwen3-30B-A3B"  # E=128, N=768, K=2048, top-k 8
 SEEDED_LINE = (
     "             seeded from the vLLM 0.33.0 kernel's results (transfer), then a local climb"
 )
+
+R = default_rates()  # the packaged table's default GPU
 
 
 def both_engines(tmp_path, search="fast", batch_sizes=(16, 256), kernels=None, space=None):
@@ -164,12 +156,12 @@ def test_the_plan_says_the_second_search_is_seeded_and_prices_it_so(tmp_path):
     assert SEEDED_LINE in sweep_lines(sweep)
 
     full, transfer = sweep.estimates()  # one run: the first plan pays the start-up
-    assert full.timed == math.ceil(full.pairs * FAST_SEARCH_SHARE)
+    assert full.timed == math.ceil(full.pairs * R.fast_search_share)
     assert transfer.pairs == full.pairs
-    assert transfer.timed == TRANSFER_PER_BATCH * len(DEFAULT_BATCH_SIZES)
+    assert transfer.timed == R.transfer_per_batch * len(DEFAULT_BATCH_SIZES)
     # Compiling outlasts timing on the timer (bf16: 0.36 CPU-s a timing over 14 processes).
-    compiling = transfer.timed * COMPILE_S_PER_TIMING["bf16"] / H200_COMPILE_WORKERS
-    assert transfer.stage_seconds("search") == pytest.approx(SEARCH_TAIL["transfer"] * compiling)
+    compiling = transfer.timed * R.compile_s_per_timing["bf16"] / R.compile_workers
+    assert transfer.stage_seconds("search") == pytest.approx(R.search_tail["transfer"] * compiling)
     # About 40 % of the timings (fast search climbs from two starts); its short searches wait
     # on their tails more (replayed with every batch size's seeds asked at once: 0.4-0.5).
     assert transfer.stage_seconds("search") < 0.55 * full.stage_seconds("search")

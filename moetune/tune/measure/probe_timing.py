@@ -132,7 +132,7 @@ STREAM_CACHE_BYTES = 4 << 30
 # allocator hands out 512-byte blocks). Triton specializes pointers on 16-byte alignment: a
 # slot at an odd offset of a shared buffer would run another variant of the kernel than the
 # one the warmers compiled, compiled again in the timer (on the H200 that was 0.36-0.39 s
-# for every new probe config, 2026-12-02; bench/results/2026-12-02-timer-cost).
+# for every new probe config; BENCHMARKS.md, Tune time).
 SLOT_ALIGN_BYTES = 512
 
 
@@ -144,7 +144,7 @@ class RoutingStream:
     the harness's j-th refill fills). Drawing a routing (random logits, softmax
     top-k) and aligning it to a BLOCK_SIZE_M take about ten small launches each,
     and a full timing refills up to 241 slots: on the H200 that was most of a lone
-    GEMM's timing (2026-12-02: ~0.056 s a timing, for GEMMs of 10-300 us). So the
+    GEMM's timing (~0.056 s a timing, for GEMMs of 10-300 us). So the
     draws and their alignments are kept as stacked tensors, grown on demand; a
     bench's refill is then one copy per routing name. The numbers each bench reads
     are the ones it would have drawn itself.

@@ -34,7 +34,7 @@ independent of BLOCK_SIZE_N, which then matters only through registers and how
 evenly the programs spread over the SMs. For int4 the row blocks are their
 expectation under uniform routing (each expert's tokens binomial), not E_hit times
 the mean tokens per expert rounded up, since its cost is proportional to them. Calibrated against the H200
-measurements of Qwen3-30B-A3B int4 (bench/results/2026-12-01-h200-session/quant/), where
+measurements of Qwen3-30B-A3B int4 (BENCHMARKS.md, Quantized dtypes), where
 the kernel runs at about 2 dequantized elements per SM cycle at every batch size.
 int8 w8a16 runs `fused_moe_kernel` (int8 weights converted in registers, scaled per
 channel after the K loop, loaded like bf16), so it has no such term.

@@ -509,9 +509,9 @@ def rule_accumulator_spills(candidates: list[Candidate], ctx: PruneContext) -> l
     256x256 with 4 or 8) spills it to local memory. In the 22 recorded H200 stores
     under bench/results that timed such tiles (bf16, fp8, int8, int4), none of their
     930 whole-call timings came closer than 1.88x to the best of its batch size and
-    fidelity (median 6.1x, up to 150x; bench/results/2026-12-02-spill-prune). They are
-    also the dearest compiles: in the DeepSeek-V3 TP8 fp8-block store
-    (2026-12-02-default-tune-times/dsv3) all 19 compiles over 5 s were such tiles,
+    fidelity (median 6.1x, up to 150x; BENCHMARKS.md, Tune time). They are also the
+    dearest compiles: in a recorded DeepSeek-V3 TP8 fp8-block default tune's store all
+    19 compiles over 5 s were such tiles,
     359 of its 1,086 compile CPU-s. Neither vLLM's nor SGLang's shipped H100, H200
     or H20 files use one. Blackwell (tcgen05, compute capability 10 and up)
     accumulates in tensor memory, and an unknown device may too: there the rule

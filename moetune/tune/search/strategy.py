@@ -111,12 +111,12 @@ class FastSearchOptions:
             raise TuneError("fast search option initial_fraction must be within [0, 1]")
 
 
-# ``--search thorough``: the climb from three best-so-far candidates, as fast search did
-# before 2026-12-04; the default climbs from two. Replayed on 16 recorded H200 stores (277
-# batch sizes, bench/replay_wall.py), two starts pick the same config at 269, +0.04 % on
-# average, over 1 % at 5 (worst +3.7 %, at M = 1), for 15-25 % less compile CPU; on the H200
-# the Qwen3-235B TP8 vLLM file was the same at 17 of 18 batch sizes, the other 0.5 % faster
-# (bench/results/2026-12-04-default-tunes). Thorough keeps three so the loss can be measured.
+# ``--search thorough``: the climb from three best-so-far candidates; the default climbs from
+# two. Replayed on 16 recorded H200 stores (277 batch sizes, bench/replay_wall.py), two starts
+# pick the same config at 269, +0.04 % on average, over 1 % at 5 (worst +3.7 %, at M = 1), for
+# 15-25 % less compile CPU; on the H200 the Qwen3-235B TP8 vLLM file was the same at 17 of 18
+# batch sizes, the other 0.5 % faster (BENCHMARKS.md, Tune time). Thorough keeps three so the
+# loss can be measured.
 THOROUGH_OPTIONS = FastSearchOptions(starts=3)
 
 # A transfer starts next to the best: it climbs from the best one only and re-times fewer
