@@ -23,6 +23,7 @@ from moetune.tune.estimate import (
     load_rates,
     rate_table,
 )
+from moetune.tune.request import SweepRequest
 from moetune.tune.search.space import DEFAULT_BATCH_SIZES, default_space
 from moetune.tune.sweep import plan_sweep, sweep_json, sweep_lines
 
@@ -40,8 +41,10 @@ def plan(tmp_path, model="Qwen/Qwen3-30B-A3B", **request):
         "engines": ("vllm",),
         **request,
     }
-    resolved = resolve_layouts(model, layouts)
-    return plan_sweep(model, layouts, resolved, DeviceLimits.h200(), is_sweep=False, **fields)
+    request = SweepRequest(
+        model, tuple(layouts), limits=DeviceLimits.h200(), is_sweep=False, **fields
+    )
+    return plan_sweep(request, resolve_layouts(model, layouts))
 
 
 # --- the table -----------------------------------------------------------------------
