@@ -178,7 +178,7 @@ def tune(
     from moetune.engines.formats import engines_named
     from moetune.engines.launch import resolve_kernels
     from moetune.extract.layouts import resolve_layouts
-    from moetune.tune.output import check_space
+    from moetune.tune.output import check_outputs, check_space
     from moetune.tune.results_dir import default_save_dir
     from moetune.tune.search.space import default_space, load_space
     from moetune.tune.sweep import plan_sweep, sweep_json, sweep_lines, sweep_summary_json
@@ -242,6 +242,7 @@ def tune(
         vllm_release=file_release,
         vllm_release_note=file_release_note,
     )
+    check_outputs(sweep.plans, targets)  # no write through a symlink, found before the work
     notes = [note for group in sweep.groups for note in group.notes] + machine.notes
     notes += kernel_notes
     notes = list(dict.fromkeys(notes))
