@@ -1,5 +1,9 @@
 """Files in and out: inputs read only from regular files of a bounded size, and outputs
 written so that a crash never leaves a half-written one behind, never through a symlink.
+
+The symlink rule (`refuse_links_under`): below the folder a user named (a save dir, a
+report folder), no folder or file moetune writes may be a symlink, since a write through
+it would land wherever it points. The folder named may itself be a link: the user chose it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from moetune.errors import MoetuneError
 # The most a text input (config.json, a mappings file, a search space, a tuned config,
 # summary.json) may hold: far above any real one, far below what would exhaust memory.
 TEXT_INPUT_LIMIT = 64 << 20
+# The folder a write must stay inside, symlinks refused (`refuse_links_under`); None: no check.
+Within = str | os.PathLike[str] | None
 
 
 class InputFileError(MoetuneError, OSError):
@@ -32,6 +38,54 @@ class InputFileError(MoetuneError, OSError):
 
     def __str__(self) -> str:
         return f"{self.filename}: {self.strerror}"
+
+
+class LinkedPathError(MoetuneError, OSError):
+    """A folder or file to be written, below the folder the user named, that is a symlink.
+
+    An `OSError` too (errno ELOOP, as ``O_NOFOLLOW`` gives), so that a writer's own
+    ``except OSError`` turns it into its usual one-line ``cannot write ...`` error.
+    """
+
+    def __init__(self, link: str | os.PathLike[str], *, folder: bool):
+        try:
+            points_to = os.readlink(link)
+        except OSError:  # gone again since: say what it was
+            points_to = "elsewhere"
+        reason = (
+            f"{link} is a symlink; moetune does not write through it (it would write to "
+            f"{points_to}): remove it, or put a real {'folder' if folder else 'file'} in its "
+            "place, and rerun"
+        )
+        super().__init__(errno.ELOOP, reason, str(link))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def refuse_links_under(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Refuse (`LinkedPathError`) to write `path` when it, or a folder between `root` and
+    it, is a symlink; `root` itself (and what lies above it) may be one.
+
+    What does not exist yet is fine: it will be created as a real folder or file. The
+    check reads each component with ``lstat``, so call it just before the write (and once
+    before a long run, so that it stops before the work rather than after).
+    """
+    base = Path(os.path.abspath(root))
+    target = Path(os.path.abspath(path))
+    try:
+        parts = target.relative_to(base).parts
+    except ValueError:
+        raise ValueError(f"{path} is not under {root}") from None
+    current = base
+    for index, part in enumerate(parts):
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except OSError:  # missing (nothing below it exists either) or unreadable: the write says
+            return
+        if stat.S_ISLNK(info.st_mode):
+            raise LinkedPathError(current, folder=index < len(parts) - 1)
 
 
 def _kind(mode: int) -> str:
@@ -103,21 +157,28 @@ def _current_umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, within: Within = None) -> Path:
     """Write `text` to `path` atomically: a temp file in the same folder, fsync, rename.
 
-    Readers see either the old file or the complete new one, never a torn write.
+    Readers see either the old file or the complete new one, never a torn write. The
+    rename replaces a symlink at `path` rather than writing through it; with `within`
+    (the folder the user named), a symlink at `path` or at a folder between `within` and
+    it is refused instead (`refuse_links_under`), before any folder is made.
     """
-    return _atomic_write(path, text, "w")
+    return _atomic_write(path, text, "w", within)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, within: Within = None) -> Path:
     """`atomic_write_text` for binary content (an image)."""
-    return _atomic_write(path, data, "wb")
+    return _atomic_write(path, data, "wb", within)
 
 
-def _atomic_write(path: str | os.PathLike[str], content: str | bytes, mode: str) -> Path:
+def _atomic_write(
+    path: str | os.PathLike[str], content: str | bytes, mode: str, within: Within
+) -> Path:
     target = Path(path)
+    if within is not None:
+        refuse_links_under(within, target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -136,6 +197,8 @@ def _atomic_write(path: str | os.PathLike[str], content: str | bytes, mode: str)
     return target
 
 
-def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int = 4) -> Path:
+def atomic_write_json(
+    path: str | os.PathLike[str], data: Any, indent: int = 4, *, within: Within = None
+) -> Path:
     """`atomic_write_text` of `json.dumps(data)` with a trailing newline."""
-    return atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+    return atomic_write_text(path, json.dumps(data, indent=indent) + "\n", within=within)

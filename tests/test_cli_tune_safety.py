@@ -130,10 +130,9 @@ def test_a_symlinked_store_is_refused_and_its_target_untouched(tmp_path, capsys)
     (save_dir / STORE_FILENAME).symlink_to(target)
     code, _, err = run_main(capsys, tune_args(save_dir))
     assert code == 1
-    assert last_line(err) == (
-        f"Error: the results store {save_dir / STORE_FILENAME} is a symlink; moetune does not "
-        "follow it (it would append to and cut the target): replace it with the file itself, "
-        "or use another --save-dir"
+    assert last_line(err) == (  # the rule for every link under the save dir, before any work
+        f"Error: {save_dir / STORE_FILENAME} is a symlink; moetune does not write through it "
+        f"(it would write to {target}): remove it, or put a real file in its place, and rerun"
     )
     assert target.read_text() == '{"not": "a measurement"}\n{"torn": '
 
@@ -279,3 +278,129 @@ def test_a_store_line_of_the_wrong_type_is_skipped_naming_it_and_kept(tmp_path):
     # The two good rows are reused; the bad one's candidate and vLLM's fallback are measured.
     assert (summary["reused"], summary["measured"]) == (2, 2)
     assert store.read_text().startswith(text)  # the bad line is still there, untouched
+
+
+# --- 6. nothing is written through a symlink under the save dir, or over a linked --install target
+
+
+# The tiny model's vLLM file name (as the plan's "Will write:" names it).
+VLLM_FILE = "E=4,N=32,device_name=NVIDIA_H200.json"
+
+
+def _outside(tmp_path, folder):
+    """Where a link under the save dir points: a folder, or a file holding "mine"."""
+    outside = tmp_path / "outside"
+    if folder:
+        outside.mkdir()
+    else:
+        outside.write_text("mine")
+    return outside
+
+
+def _untouched(outside, folder):
+    if folder:
+        return list(outside.iterdir()) == []
+    return outside.read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    "linked",
+    [
+        "configs",  # SGLang's engine folder (configs/triton_X_Y_Z/)
+        VLLM_FILE,
+        "summary.json",
+        "summary.json.lock",
+        STORE_FILENAME + ".lock",
+    ],
+)
+def test_a_symlink_under_the_save_dir_is_refused_before_any_work(tmp_path, capsys, linked):
+    folder = linked == "configs"
+    outside = _outside(tmp_path, folder)
+    save_dir = tmp_path / "out"
+    save_dir.mkdir()
+    (save_dir / linked).symlink_to(outside)
+    args = tune_args(save_dir, "--engine", "both", "--confirm-rounds", "0")
+    code, _, err = run_main(capsys, args)
+    assert code == 1, err
+    assert last_line(err) == (
+        f"Error: {save_dir / linked} is a symlink; moetune does not write through it (it would "
+        f"write to {outside}): remove it, or put a real {'folder' if folder else 'file'} in its "
+        "place, and rerun"
+    )
+    assert "Traceback" not in err
+    assert _untouched(outside, folder)
+    assert sorted(p.name for p in save_dir.iterdir()) == [linked]  # no store: before any work
+
+
+def test_a_dry_run_names_the_symlink_too(tmp_path, capsys):
+    outside = _outside(tmp_path, folder=True)
+    save_dir = tmp_path / "out"
+    save_dir.mkdir()
+    (save_dir / "configs").symlink_to(outside)
+    code, _, err = run_main(capsys, tune_args(save_dir, "--engine", "sglang", "--dry-run"))
+    assert code == 1, err
+    assert last_line(err).startswith(f"Error: {save_dir / 'configs'} is a symlink; ")
+
+
+def _install_args(save_dir, engine_dir):
+    return tune_args(
+        save_dir, "--confirm-rounds", "0", "--install", "vllm", "--install-dir", str(engine_dir)
+    )
+
+
+def test_a_dangling_install_target_is_refused_before_tuning(tmp_path, capsys):
+    engine_dir = tmp_path / "engine"
+    engine_dir.mkdir()
+    gone = tmp_path / "gone.json"
+    link = engine_dir / VLLM_FILE
+    link.symlink_to(gone)
+    save_dir = tmp_path / "out"
+    code, _, err = run_main(capsys, _install_args(save_dir, engine_dir))
+    assert code == 1, err
+    assert last_line(err) == (
+        f"Error: {link} is a dangling symlink (to {gone}); moetune does not replace it "
+        "unasked: remove it, or point it at a file, and rerun"
+    )
+    assert link.is_symlink() and not gone.exists()
+    assert not (save_dir / STORE_FILENAME).exists()  # refused before the first measurement
+
+
+def test_an_install_target_linked_to_a_real_file_is_refused_before_tuning(tmp_path, capsys):
+    engine_dir = tmp_path / "engine"
+    engine_dir.mkdir()
+    real = tmp_path / "real.json"
+    real.write_text('{"1": {}}\n')
+    link = engine_dir / VLLM_FILE
+    link.symlink_to(real)
+    save_dir = tmp_path / "out"
+    code, _, err = run_main(capsys, [*_install_args(save_dir, engine_dir), "--overwrite-installed"])
+    assert code == 1, err
+    assert last_line(err) == (
+        f"Error: {link} is a symlink (to {real}); moetune does not replace a link with its own "
+        "file: remove it and rerun, or pass another --install-dir"
+    )
+    assert link.is_symlink() and real.read_text() == '{"1": {}}\n'
+    assert not (save_dir / STORE_FILENAME).exists()
+
+
+@pytest.mark.parametrize("named_by", ["--install-dir", "$VLLM_TUNED_CONFIG_FOLDER"])
+def test_a_dangling_install_folder_is_refused_before_tuning(
+    tmp_path, capsys, monkeypatch, named_by
+):
+    gone = tmp_path / "gone"
+    link = tmp_path / "engine"
+    link.symlink_to(gone)
+    save_dir = tmp_path / "out"
+    if named_by == "--install-dir":
+        args = _install_args(save_dir, link)
+    else:
+        monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(link))
+        args = tune_args(save_dir, "--confirm-rounds", "0", "--install", "vllm")
+    code, _, err = run_main(capsys, args)
+    assert code == 1, err
+    assert last_line(err) == (
+        f"Error: --install vllm: {link} is a dangling symlink (to {gone}); moetune does not "
+        "replace it unasked: remove it, or point it at a folder, and rerun"
+    )
+    assert link.is_symlink() and not gone.exists()
+    assert not (save_dir / STORE_FILENAME).exists()

@@ -54,10 +54,13 @@ def report(save_dirs: tuple[Path, ...], output: Path | None, json_: bool) -> Non
     written = None
     if output is not None or not json_:
         folder = output if output is not None else report_data.save_dirs[0] / REPORT_FOLDER
+        from moetune.fileio import LinkedPathError
         from moetune.report.page import write_report
 
         try:
             written = write_report(report_data, folder)
+        except LinkedPathError:
+            raise  # its line names the link and what to do
         except OSError as exc:
             raise ReportError(f"cannot write the report in {folder}: {exc}") from None
         if written.skipped:

@@ -159,6 +159,7 @@ def tune(json_: bool, dry_run: bool, **options: Any) -> None:
     """
     from rich.console import Console
 
+    from moetune.tune.output import check_outputs
     from moetune.tune.sweep import sweep_json
 
     # --json: stdout holds only the JSON (the plan's notes included), stderr only progress.
@@ -167,6 +168,7 @@ def tune(json_: bool, dry_run: bool, **options: Any) -> None:
     checked = preflight(options, dry_run=dry_run)
     workers = None if dry_run else _start_workers(checked, options)
     sweep = _plan(tune_request(options, checked), checked)
+    check_outputs(sweep.plans, checked.targets)  # no write through a symlink, before the work
     notes = [note for group in sweep.groups for note in group.notes] + checked.machine.notes
     notes = list(dict.fromkeys(notes + checked.kernel_notes))
     _print_plan(sweep, notes, checked.targets, out, err, json_=json_)

@@ -16,6 +16,11 @@ read its working folder.
 `--install-dir` wins over both. Copies are atomic; a different file already
 there is replaced only with `overwrite`, after a ``<file>.bak-<UTC time>`` copy
 beside it; an identical one is left alone ("already installed").
+
+A symlink where a file goes is refused, before tuning (`check_target_files`) and again
+when copying: a dangling one would be replaced by the copy without a word, and one to a
+real file would be turned into moetune's own file. The folder may be a link to a real
+folder (the engine, or the user, chose it), but not a dangling one (`check_writable`).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 from moetune.engines import sglang, vllm
 from moetune.engines.formats import engine_format, engine_label
 from moetune.errors import MoetuneError
-from moetune.fileio import atomic_write_text
+from moetune.fileio import Within, atomic_write_text, refuse_links_under
 
 ENV = {"vllm": vllm.FOLDER_ENV, "sglang": sglang.FOLDER_ENV}
 # What the engine reads once the user runs `InstallTarget.export`.
@@ -83,6 +88,7 @@ def install_target(
     env = os.environ if env is None else env
     var = ENV[engine]
     if install_dir is not None:
+        _refuse_dangling_folder(engine, Path(install_dir).expanduser())  # resolve() hides it
         root = Path(install_dir).expanduser().resolve()
         current = env.get(var)
         export = None if current and Path(current).resolve() == root else f"export {var}={root}"
@@ -114,8 +120,46 @@ def install_target(
     return InstallTarget(engine, folder, source, export)
 
 
+def dangling_link(path: Path) -> Path | None:
+    """The symlink that leaves `path` unresolvable (`path` or a folder above it pointing
+    where nothing is), or None."""
+    for probe in (path, *path.parents):
+        if probe.exists():
+            return None  # it, and every folder above it, resolves
+        if probe.is_symlink():
+            return probe
+    return None
+
+
+def _refuse_dangling_folder(engine: str, folder: Path) -> None:
+    link = dangling_link(folder)
+    if link is not None:
+        raise InstallError(
+            f"--install {engine}: {link} is a dangling symlink (to {os.readlink(link)}); "
+            "moetune does not replace it unasked: remove it, or point it at a folder, and rerun"
+        )
+
+
+def _refuse_linked_file(dest: Path) -> None:
+    """Refuse a symlink where an installed file goes (see the module docstring)."""
+    if not dest.is_symlink():
+        return
+    points_to = os.readlink(dest)
+    if not dest.exists():
+        raise InstallError(
+            f"{dest} is a dangling symlink (to {points_to}); moetune does not "
+            "replace it unasked: remove it, or point it at a file, and rerun"
+        )
+    raise InstallError(
+        f"{dest} is a symlink (to {points_to}); moetune does not replace a link with its own "
+        "file: remove it and rerun, or pass another --install-dir"
+    )
+
+
 def check_writable(target: InstallTarget) -> None:
-    """Fail before tuning when the folder cannot be created or written."""
+    """Fail before tuning when the folder cannot be created or written, or is a dangling
+    symlink (or lies below one)."""
+    _refuse_dangling_folder(target.engine, target.folder)
     probe = target.folder
     while not probe.exists():
         if probe.parent == probe:
@@ -126,6 +170,12 @@ def check_writable(target: InstallTarget) -> None:
             f"--install {target.engine}: cannot write to {target.folder} ({target.source}); "
             "pass --install-dir DIR"
         )
+
+
+def check_target_files(target: InstallTarget, names: Sequence[str]) -> None:
+    """Fail before tuning when a file of `names` would be installed over a symlink."""
+    for name in names:
+        _refuse_linked_file(target.folder / name)
 
 
 def install_files(
@@ -140,14 +190,11 @@ def install_files(
     Every conflict is checked before anything is copied, so a refusal leaves the
     folder as it was.
     """
+    _refuse_dangling_folder(target.engine, target.folder)
     plan = []
     for source in files:
         dest = target.folder / Path(source).name
-        if dest.is_symlink() and not dest.exists():
-            raise InstallError(
-                f"{dest} is a dangling symlink (to {os.readlink(dest)}); moetune does not "
-                "replace it unasked: remove it, or point it at a file, and rerun"
-            )
+        _refuse_linked_file(dest)  # checked before tuning too; a link may appear meanwhile
         try:
             new = Path(source).read_text()
             old = existing_bytes(dest)
@@ -211,17 +258,23 @@ def keep_backup(path: Path, stamp: str) -> Path:
             return backup
 
 
-def write_keeping_backup(path: Path, text: str, stamp: str) -> Path | None:
+def write_keeping_backup(
+    path: Path, text: str, stamp: str, *, within: Within = None
+) -> Path | None:
     """Write `text` to `path` atomically; return the backup kept of a different old file.
 
     A different file already at `path` is first kept as its ``.bak-<stamp>``
-    (`keep_backup`); an identical one is left untouched and nothing is written.
+    (`keep_backup`); an identical one is left untouched and nothing is written. With
+    `within` (a save dir), a symlink at `path` or a folder between is refused first
+    (`moetune.fileio.refuse_links_under`, a `LinkedPathError`).
     """
+    if within is not None:
+        refuse_links_under(within, path)
     old = existing_bytes(path)
     if old == text.encode():
         return None
     backup = keep_backup(path, stamp) if old is not None else None
-    atomic_write_text(path, text)
+    atomic_write_text(path, text, within=within)
     return backup
 
 

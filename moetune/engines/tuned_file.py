@@ -85,7 +85,7 @@ def is_vllm_table(path: Path) -> bool:
     """Whether the tuned file at `path` is vLLM's: it opens with a ``"triton_version"`` key
     (as `moetune.engines.tables.definition_for` tells the engines apart)."""
     try:
-        payload = parse_json(path.read_bytes(), str(path))
+        payload = parse_json(read_input_bytes(path), str(path))
     except (OSError, TunedConfigError):
         return False  # read_table says why
     return isinstance(payload, dict) and VERSION_KEY in payload
@@ -267,20 +267,25 @@ def checked_files(
 
 
 def write_tuned_files(
-    planned: Sequence[tuple[Path, dict[str, Any]]], notes: list[str] | None = None
+    planned: Sequence[tuple[Path, dict[str, Any]]],
+    notes: list[str] | None = None,
+    *,
+    within: Path | None = None,
 ) -> list[Path]:
     """Write each checked file (`checked_files`) atomically, as the engines' tuners indent
     them; return the paths in order.
 
     A different file already at a path is kept beside it as ``<file>.bak-<UTC time>``
     (as ``tune --install`` does) and a line saying so goes to `notes`; an identical one
-    is left as it is. `FileWriteError` names a file that cannot be written.
+    is left as it is. `FileWriteError` names a file that cannot be written, or one that
+    is, or lies in a folder that is, a symlink below `within` (the save dir).
     """
     stamp = backup_stamp()
     written = []
     for path, payload in planned:
         try:
-            backup = write_keeping_backup(path, json.dumps(payload, indent=4) + "\n", stamp)
+            text = json.dumps(payload, indent=4) + "\n"
+            backup = write_keeping_backup(path, text, stamp, within=within)
         except OSError as exc:
             raise FileWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
         if backup is not None and notes is not None:

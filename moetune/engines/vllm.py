@@ -35,6 +35,7 @@ from moetune.engines.lookup import Block, Lookup, engine_fallback_table
 from moetune.engines.names import vllm_config_filename
 from moetune.engines.tables import TunedConfigError, check_table, parse_json
 from moetune.errors import MoetuneError
+from moetune.fileio import read_input_bytes
 
 ENGINE = "vllm"
 # get_default_config and the lookup are the same in both releases moetune knows.
@@ -243,7 +244,7 @@ def read_table_for(path: Path, release: str, *, down: bool = False) -> dict[int,
     entries of ``USE_TMA`` alone. Raises `TunedConfigError` (one line naming `path`).
     """
     try:
-        payload = parse_json(Path(path).read_bytes(), str(path))
+        payload = parse_json(read_input_bytes(path), str(path))
     except OSError as exc:
         raise TunedConfigError(
             f"{path}: cannot read a tuned config: {exc.strerror or exc}"

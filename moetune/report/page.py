@@ -15,9 +15,9 @@ from html import escape
 from pathlib import Path
 
 from moetune.engines.formats import engine_label
-from moetune.fileio import atomic_write_bytes, atomic_write_text
+from moetune.fileio import atomic_write_bytes, atomic_write_text, refuse_links_under
 from moetune.report import plots
-from moetune.report.data import Comparison, Report, ReportError, ShapeReport
+from moetune.report.data import Comparison, Report, ShapeReport
 from moetune.report.text import config_text, headline, origin_line, percent, times, us
 
 PAGE_NAME = "index.html"
@@ -88,9 +88,12 @@ def write_report(report: Report, output: Path) -> Written:
     """Write the page and its PNGs into `output`; return what was written.
 
     Plots that cannot be made (matplotlib missing, or failing) leave the tables alone.
+    Neither `output` nor a page or plot in it may be a symlink: the report would replace
+    files where it points (`moetune.fileio.refuse_links_under`, a `LinkedPathError`).
     """
     written = Written(output / PAGE_NAME)
-    _refuse_links(output)
+    within = output.parent
+    refuse_links_under(within, written.page)
     try:
         made = make_plots(report)
     except Exception as exc:  # noqa: BLE001 - the tables must not be lost to a plotting failure
@@ -100,22 +103,13 @@ def write_report(report: Report, output: Path) -> Written:
     if not plots.available():
         written.skipped = plots.MISSING_LINE
     targets = [output / plot.file_name for section in made.values() for plot in section]
-    for target in [written.page, *targets]:
-        _refuse_links(target)
+    for target in [written.page, *targets]:  # all refused before the first is written
+        refuse_links_under(within, target)
     for plot in (plot for section in made.values() for plot in section):
-        written.plots.append(atomic_write_bytes(output / plot.file_name, plot.png))
-    atomic_write_text(written.page, render_page(report, made, written.skipped))
+        path = output / plot.file_name
+        written.plots.append(atomic_write_bytes(path, plot.png, within=within))
+    atomic_write_text(written.page, render_page(report, made, written.skipped), within=within)
     return written
-
-
-def _refuse_links(path: Path) -> None:
-    """Refuse to write through a symlink: a linked report folder (or page, or plot) would
-    have the report replace files outside the folder named, as the store refuses too."""
-    if path.is_symlink():
-        raise ReportError(
-            f"{path} is a symlink; moetune does not write through it (it would replace files "
-            "where it points): remove it, or pass --output with a folder of your own"
-        )
 
 
 def _cell(text: str, value: float | None = None, column: str = "") -> str:

@@ -6,12 +6,15 @@ file, and hands them to `moetune.engines.tuned_file`, which names, checks and wr
 each file as its engine reads it (`moetune.engines.formats` has each engine's format).
 `engine_file_path` is where that file goes for a `TuneProblem`; `skipped_engines` and
 `check_space` say, before any tuning, which files the tune cannot write and which
-configs the files cannot hold.
+configs the files cannot hold, and `check_outputs` which writes would go through a
+symlink (under a save dir, or over an ``--install`` target).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from moetune.dtypes import DTYPES, engine_file_n, engine_write_refusal
 from moetune.engines.formats import ENGINES, engine_format
@@ -25,6 +28,7 @@ from moetune.engines.tuned_file import (
     write_tuned_files,
 )
 from moetune.errors import TuneError
+from moetune.fileio import refuse_links_under
 from moetune.kernel.config import TMA_B_KEY, Candidate
 from moetune.tune.problem import TuneProblem
 from moetune.tune.search.split import SplitResult, single_entries, split_entries
@@ -151,7 +155,7 @@ def write_engine_files(
         tma_b = writes_tma_b(engine, vllm_release)
         planned += checked_files(engine, paths, tables, triton_version, tma_b=tma_b)
     try:
-        return write_tuned_files(planned, notes)
+        return write_tuned_files(planned, notes, within=Path(save_dir))
     except FileWriteError as exc:
         raise TuneError(
             f"{exc}; the measurements are in the results store: fix this and rerun the "
@@ -168,3 +172,36 @@ def check_space(space: list[Candidate], source: str) -> list[Candidate]:
         except TunedConfigError as exc:
             raise TuneError(f"{exc}; the engines' tuned files hold no such config") from None
     return space
+
+
+def check_outputs(plans: Sequence[Any], targets: Sequence[Any] = ()) -> None:
+    """Before any tuning, refuse a write the run would make through a symlink.
+
+    Under each plan's save dir (`moetune.fileio.refuse_links_under`): the engine files and
+    their folders, the results store, summary.json and their locks (a link appearing
+    later is refused by each writer). Over an ``--install`` target (an
+    `moetune.engines.install.InstallTarget`): a file of this run that is a symlink
+    (`moetune.engines.install.check_target_files`). `plans` are `TunePlan`s.
+    """
+    from moetune.engines.install import check_target_files
+    from moetune.tune.dir_lock import LOCK_FILENAME
+    from moetune.tune.store import store_lock_path
+    from moetune.tune.summary_file import summary_paths
+
+    for plan in plans:
+        request = plan.request
+        save_dir = Path(request.save_dir)
+        store = Path(plan.store_path)
+        kept = [save_dir / LOCK_FILENAME, store, store_lock_path(store)]
+        for path in [*kept, *summary_paths(save_dir), *plan.files]:
+            refuse_links_under(save_dir, path)
+        for target in targets:
+            if target.engine in request.engines:
+                names = engine_file_paths(
+                    target.engine,
+                    request.problem,
+                    request.device_name,
+                    request.triton_version,
+                    save_dir,
+                )
+                check_target_files(target, [path.name for path in names])

@@ -661,7 +661,7 @@ def _prepare(plan: TunePlan, summary: TuneSummary) -> tuple[ResultStore, RunCont
         notes=summary.notes,
         vllm_release=request.vllm_release,
     )
-    store = ResultStore(plan.store_path)
+    store = ResultStore(plan.store_path, within=request.save_dir)
     store.check_writable()  # a read-only store fails now, not after the first measurement
     context = RunContext(problem, request.device_name, request.triton_version)
     skipped = other_kernels_note(store, context, plan.seeded_from)

@@ -24,7 +24,9 @@ Reading never loses data: a line that is not a measurement (junk, wrong types,
 a field out of range) is skipped with a warning naming its line and left in the
 file; only a torn last line (no newline, not even a whole JSON value) is cut
 off before the next append; a whole last line missing its newline is kept. The store
-refuses to follow a symlink (its target would be truncated and appended to).
+refuses to follow a symlink (its target would be truncated and appended to); given the
+save dir it lies in (`within`), it also refuses a symlinked folder between the two
+(`moetune.fileio.refuse_links_under`), where creating and appending would land elsewhere.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any, BinaryIO
 from filelock import FileLock
 
 from moetune.errors import MoetuneWarning, TuneError
+from moetune.fileio import Within, refuse_links_under
 from moetune.kernel.config import Candidate
 from moetune.kernel.probe import KINDS, Probe, from_fields, probe_fields
 from moetune.tune.environment import ENVIRONMENT, is_environment_failure
@@ -303,6 +306,11 @@ def _refuse_links(path: Path, what: str = "the results store") -> None:
         raise TuneError(f"{what} {path} is not a regular file; move it away")
 
 
+def store_lock_path(path: Path) -> Path:
+    """The lock file `ResultStore.add` takes for the store at `path`."""
+    return Path(f"{path}.lock")
+
+
 class ResultStore:
     """Append-only JSON Lines file of `Measurement`s, indexed in memory by key.
 
@@ -310,20 +318,28 @@ class ResultStore:
     named ``measurements.jsonl`` is always the file, so a directory of that name is
     refused, not given a store nested inside it.
     The file and its folder are created on the first `add`. `skipped` lists the
-    line numbers that held no measurement (they stay in the file).
+    line numbers that held no measurement (they stay in the file). `within` (the save
+    dir, a folder above `path`): no folder or file between the two may be a symlink.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, within: Within = None) -> None:
         target = Path(path)
         nested = target.is_dir() and target.name != STORE_FILENAME
         self.path = target / STORE_FILENAME if nested else target
-        self.lock_path = Path(str(self.path) + ".lock")
+        self.lock_path = store_lock_path(self.path)
+        self.within = within
         self._rows: list[Measurement] = []
         self._index: dict[StoreKey, Measurement] = {}
         self.skipped: list[int] = []
         self._load()
 
+    def _refuse_linked_folders(self) -> None:
+        if self.within is not None:
+            refuse_links_under(self.within, self.lock_path)
+            refuse_links_under(self.within, self.path)
+
     def _load(self) -> None:
+        self._refuse_linked_folders()
         _refuse_links(self.path)
         _refuse_links(self.lock_path, "the results store's lock")
         try:
@@ -389,6 +405,7 @@ class ResultStore:
 
     def check_writable(self) -> None:
         """Fail now, before any measurement, where `add` could not append to the file."""
+        self._refuse_linked_folders()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW | _CLOEXEC)
         except FileNotFoundError:
@@ -400,6 +417,7 @@ class ResultStore:
     def add(self, measurement: Measurement) -> None:
         """Append one measurement and fsync it before returning."""
         line = json.dumps(measurement.to_json(), separators=(",", ":")) + "\n"
+        self._refuse_linked_folders()
         _refuse_links(self.lock_path, "the results store's lock")
         # A Ctrl-C in the middle waits for the line (and the index) to be complete.
         try:

@@ -10,7 +10,8 @@ One entry per tuned shape on one device and Triton version (the keys the store
 uses): the latest finished run's, in the format of `moetune tune --json`
 (`TuneSummary.to_json`), with the written files relative to the
 save dir. A run of another shape into the same save dir adds its entry and
-keeps the others. The file is rewritten atomically under a lock.
+keeps the others. The file is rewritten atomically under a lock, never through a
+symlink (`moetune.fileio.refuse_links_under`: the file and its lock are refused if linked).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from filelock import FileLock
 
 from moetune import __version__
 from moetune.errors import MoetuneError
-from moetune.fileio import atomic_write_json, read_input_text
+from moetune.fileio import atomic_write_json, read_input_text, refuse_links_under
 
 SUMMARY_FILENAME = "summary.json"
 FORMAT = "moetune-tune-summary"
@@ -105,16 +106,26 @@ def read_summary_file(save_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return shapes
 
 
+def summary_paths(save_dir: Path) -> tuple[Path, Path]:
+    """``<save_dir>/summary.json`` and the lock its writer takes."""
+    path = Path(save_dir) / SUMMARY_FILENAME
+    return path, path.with_name(f"{SUMMARY_FILENAME}.lock")
+
+
 def record_summary(summary: Any) -> Path:
     """Add (or replace) this run's entry in ``<save_dir>/summary.json``; return its path.
 
     An existing file that cannot be read is kept aside as ``summary.json.unreadable-<time>``.
+    A symlinked file or lock is refused (`moetune.fileio.LinkedPathError`, an OSError).
     """
     save_dir = Path(summary.plan.request.save_dir)
-    path = save_dir / SUMMARY_FILENAME
+    path, lock = summary_paths(save_dir)
     entry = summary_entry(summary)
+    for written in (path, lock):
+        refuse_links_under(save_dir, written)
     save_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    with FileLock(str(lock)):
+        refuse_links_under(save_dir, path)  # no link swapped in while waiting for the lock
         try:
             entries = read_summary_file(save_dir)
         except SummaryFileError:
@@ -123,4 +134,4 @@ def record_summary(summary: Any) -> Path:
         key = entry_key(entry)
         entries = [old for old in entries if entry_key(old) != key] + [entry]
         document = {"format": FORMAT, "version": FORMAT_VERSION, "shapes": entries}
-        return atomic_write_json(path, document, indent=2)
+        return atomic_write_json(path, document, indent=2, within=save_dir)

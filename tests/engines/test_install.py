@@ -4,6 +4,7 @@ import pytest
 
 from moetune.engines.install import (
     InstallError,
+    check_target_files,
     check_writable,
     engine_files,
     install_files,
@@ -177,3 +178,73 @@ def test_a_dangling_symlink_target_is_refused_not_replaced(tmp_path, overwrite):
         "it unasked: remove it, or point it at a file, and rerun"
     )
     assert link.is_symlink() and not (tmp_path / "gone.json").exists()
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_target_linked_to_a_real_file_is_refused_and_both_are_left_alone(tmp_path, overwrite):
+    target = install_target("vllm", "3.6.0", tmp_path / "engine", env={})
+    target.folder.mkdir(parents=True)
+    real = tmp_path / "real.json"
+    real.write_text('{"1": {"theirs": 1}}\n')
+    link = target.folder / NAME
+    link.symlink_to(real)
+    message = (
+        f"{link} is a symlink (to {real}); moetune does not replace a link with its own file: "
+        "remove it and rerun, or pass another --install-dir"
+    )
+    with pytest.raises(InstallError) as before:
+        check_target_files(target, [NAME])  # before tuning
+    assert str(before.value) == message
+    with pytest.raises(InstallError) as after:
+        install_files(target, [tuned(tmp_path)], overwrite=overwrite)  # a link made meanwhile
+    assert str(after.value) == message
+    assert link.is_symlink() and real.read_text() == '{"1": {"theirs": 1}}\n'
+    assert sorted(p.name for p in target.folder.iterdir()) == [NAME]  # no backup either
+
+
+def test_a_dangling_target_is_found_before_tuning(tmp_path):
+    target = install_target("sglang", "3.6.0", tmp_path / "engine", env={})
+    target.folder.mkdir(parents=True)
+    down = "E=4,N=32,device_name=NVIDIA_H200_down.json"
+    (target.folder / down).symlink_to(tmp_path / "gone.json")
+    check_target_files(target, [NAME])
+    with pytest.raises(InstallError, match=f"{down} is a dangling symlink"):
+        check_target_files(target, [NAME, down])
+
+
+@pytest.mark.parametrize("dangling", ["engine", "engine/configs"])
+def test_a_dangling_folder_is_refused_before_tuning_and_when_installing(tmp_path, dangling):
+    gone = tmp_path / "gone"
+    link = tmp_path / dangling
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(gone)
+    message = (
+        f"--install sglang: {link} is a dangling symlink (to {gone}); moetune does not replace "
+        "it unasked: remove it, or point it at a folder, and rerun"
+    )
+    env = {"SGLANG_MOE_CONFIG_DIR": str(tmp_path / "engine")}
+    target = install_target("sglang", "3.6.0", env=env)
+    with pytest.raises(InstallError) as before:
+        check_writable(target)
+    assert str(before.value) == message
+    with pytest.raises(InstallError) as after:
+        install_files(target, [tuned(tmp_path)])
+    assert str(after.value) == message
+    assert link.is_symlink() and not gone.exists()
+    if dangling == "engine":  # named by --install-dir: refused before resolving it
+        with pytest.raises(InstallError) as named:
+            install_target("sglang", "3.6.0", link, env={})
+        assert str(named.value) == message
+
+
+def test_a_folder_linked_to_a_real_folder_is_followed(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "engine").symlink_to(real)
+    target = install_target(
+        "vllm", "3.6.0", env={"VLLM_TUNED_CONFIG_FOLDER": str(tmp_path / "engine")}
+    )
+    check_writable(target)
+    check_target_files(target, [NAME])
+    (done,) = install_files(target, [tuned(tmp_path)])
+    assert done.status == "installed" and (real / NAME).read_text() == '{"1": {}}\n'

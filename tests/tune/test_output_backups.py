@@ -49,3 +49,40 @@ def test_a_folder_in_the_way_is_one_line_that_says_the_results_are_kept(tmp_path
     message = str(info.value)
     assert message.startswith(f"cannot write {tmp_path / NAME}: Is a directory; ")
     assert "rerun the same command" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "linked", ["configs", "configs/triton_3_6_0", f"configs/triton_3_6_0/{NAME}"]
+)
+def test_a_symlink_that_appears_under_the_save_dir_is_refused_when_writing(tmp_path, linked):
+    # Pre-flight (`check_outputs`) found nothing; the link appears during the tune.
+    save_dir, outside = tmp_path / "out", tmp_path / "outside"
+    outside.mkdir()
+    link = save_dir / linked
+    link.parent.mkdir(parents=True, exist_ok=True)
+    folder = not linked.endswith(".json")
+    if not folder:
+        outside = outside / NAME
+        outside.write_text("mine")
+    link.symlink_to(outside)
+    with pytest.raises(TuneError) as info:
+        write_engine_files(RESULTS, PROBLEM, "NVIDIA H200", "3.6.0", save_dir, ("sglang",))
+    assert str(info.value) == (
+        f"cannot write {save_dir / 'configs' / 'triton_3_6_0' / NAME}: {link} is a symlink; "
+        f"moetune does not write through it (it would write to {outside}): remove it, or put "
+        f"a real {'folder' if folder else 'file'} in its place, and rerun; the measurements "
+        "are in the results store: fix this and rerun the same command to write the files"
+    )
+    if folder:
+        assert list(outside.iterdir()) == []
+    else:
+        assert outside.read_text() == "mine"
+        assert sorted(p.name for p in outside.parent.iterdir()) == [NAME]
+
+
+def test_the_save_dir_itself_may_be_a_symlink(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "out").symlink_to(real)
+    (path,) = write(tmp_path / "out", [])
+    assert (real / NAME).is_file() and path == tmp_path / "out" / NAME

@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 from moetune.errors import MoetuneWarning, TuneError
+from moetune.fileio import LinkedPathError
 from moetune.kernel.config import Candidate
 from moetune.tune.environment import (
     ENVIRONMENT,
@@ -90,6 +91,34 @@ def test_a_symlinked_store_lock_is_refused(tmp_path):
     with pytest.raises(TuneError, match="the results store's lock .* is a symlink"):
         ResultStore(tmp_path)
     assert target.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("when", ["loading", "adding"])
+def test_a_symlinked_folder_between_the_save_dir_and_the_store_is_refused(tmp_path, when):
+    save_dir, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    save_dir.mkdir()
+    path = save_dir / "sub" / STORE_FILENAME
+    if when == "loading":
+        (save_dir / "sub").symlink_to(outside)
+        with pytest.raises(LinkedPathError) as exc:
+            ResultStore(path, within=save_dir)
+    else:
+        store = ResultStore(path, within=save_dir)  # nothing there yet
+        (save_dir / "sub").symlink_to(outside)  # appears during the tune
+        with pytest.raises(LinkedPathError) as exc:
+            store.add(Measurement.from_json(row(A)))
+    assert str(exc.value).startswith(f"{save_dir / 'sub'} is a symlink; moetune does not write ")
+    assert list(outside.iterdir()) == []
+
+
+def test_the_save_dir_of_a_store_may_itself_be_a_symlink(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "run").symlink_to(real)
+    store = ResultStore(tmp_path / "run" / STORE_FILENAME, within=tmp_path / "run")
+    store.add(Measurement.from_json(row(A)))
+    assert len(ResultStore(real)) == 1
 
 
 def test_a_store_that_is_a_folder_is_a_one_line_error(tmp_path):

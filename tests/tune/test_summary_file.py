@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from moetune.device import DeviceLimits
+from moetune.fileio import LinkedPathError
 from moetune.kernel.config import Candidate
 from moetune.tune.baselines import Baseline
 from moetune.tune.problem import TuneProblem
@@ -134,3 +135,20 @@ def test_the_entry_is_the_tunes_json(tmp_path):
     record_summary(summary)
     [entry] = json.loads((tmp_path / SUMMARY_FILENAME).read_text())["shapes"]
     assert set(summary_json(summary)) <= set(entry)
+
+
+@pytest.mark.parametrize("linked", [SUMMARY_FILENAME, SUMMARY_FILENAME + ".lock"])
+def test_a_symlinked_summary_or_lock_is_refused_and_its_target_untouched(tmp_path, linked):
+    save_dir, outside = tmp_path / "out", tmp_path / "outside.json"
+    save_dir.mkdir()
+    outside.write_text("mine")
+    (save_dir / linked).symlink_to(outside)
+    with pytest.raises(LinkedPathError) as info:
+        record_summary(finished(save_dir))
+    assert str(info.value) == (
+        f"{save_dir / linked} is a symlink; moetune does not write through it (it would write "
+        f"to {outside}): remove it, or put a real file in its place, and rerun"
+    )
+    assert isinstance(info.value, OSError)  # the runner keeps the tune, adding a note
+    assert outside.read_text() == "mine"
+    assert sorted(p.name for p in save_dir.iterdir()) == [linked]
