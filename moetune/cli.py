@@ -84,6 +84,17 @@ class _Cli(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for _, name in COMMANDS if self.get_command(ctx, name) is not None]
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # click suggests close names from `self.commands`, empty here (commands load lazily).
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=[name for _, name in COMMANDS], ctx=ctx
+            ) from None
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         for module_name, name in COMMANDS:
             if name == cmd_name:

@@ -252,25 +252,50 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
-def _anchor_line(text: str) -> int | None:
-    """The 1-based line of the first YAML anchor or alias in `text`, or None."""
+def _anchor_mark(text: str) -> Any:
+    """The parser's mark (0-based line and column) of the first YAML anchor or alias in
+    `text`, or None."""
     if "&" not in text and "*" not in text:  # an anchor needs a '&', an alias a '*'
         return None
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            return event.start_mark.line + 1
+            return event.start_mark
     return None
 
 
 class PlainYamlError(ValueError):
-    """Why a text is not one plain YAML document: the `problem`, its 1-based `line` (or
-    None), and whether it is an anchor or alias (`alias`)."""
+    """Why a text is not one plain YAML document: the `problem`, its 1-based `line` and
+    `column` (or None), and whether it is an anchor or alias (`alias`)."""
 
-    def __init__(self, problem: str, line: int | None = None, *, alias: bool = False) -> None:
+    def __init__(
+        self,
+        problem: str,
+        line: int | None = None,
+        *,
+        column: int | None = None,
+        alias: bool = False,
+    ) -> None:
         super().__init__(problem)
         self.problem = problem
         self.line = line
+        self.column = column
         self.alias = alias
+
+    @classmethod
+    def at(cls, problem: str, mark: Any, *, alias: bool = False) -> PlainYamlError:
+        """The error at a YAML parser's `mark` (0-based line and column), if there is one."""
+        if mark is None:
+            return cls(problem, alias=alias)
+        return cls(problem, mark.line + 1, column=mark.column + 1, alias=alias)
+
+    def place(self, path: Any) -> str:
+        """Where in file `path` the problem is, as compilers and editors write it:
+        ``path:line:column``, else ``path, line N``, else the path alone."""
+        if self.line is None:
+            return str(path)
+        if self.column is None:
+            return f"{path}, line {self.line}"
+        return f"{path}:{self.line}:{self.column}"
 
 
 @contextmanager
@@ -295,9 +320,11 @@ def parse_plain_yaml(text: str) -> tuple[Any, Any]:
     """
     with _gc_paused():
         try:
-            line = _anchor_line(text)
-            if line is not None:
-                raise PlainYamlError("YAML anchors and aliases are not allowed", line, alias=True)
+            mark = _anchor_mark(text)
+            if mark is not None:
+                raise PlainYamlError.at(
+                    "YAML anchors and aliases are not allowed", mark, alias=True
+                )
             loader = _LOADER(text)
             try:
                 node = loader.get_single_node()
@@ -307,10 +334,9 @@ def parse_plain_yaml(text: str) -> tuple[Any, Any]:
         except PlainYamlError:
             raise
         except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
             problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-            line = mark.line + 1 if mark is not None else None
-            raise PlainYamlError(f"malformed YAML ({problem})", line) from None
+            mark = exc.problem_mark or exc.context_mark
+            raise PlainYamlError.at(f"malformed YAML ({problem})", mark) from None
         except yaml.YAMLError as exc:
             raise PlainYamlError(f"malformed YAML ({_first_line(str(exc))})") from None
         except RecursionError:
@@ -341,7 +367,7 @@ def _read(path: str) -> tuple[Any, Any, list[str]]:
     try:
         node, data = parse_plain_yaml(text)
     except PlainYamlError as exc:
-        where = f"{path}, line {exc.line}" if exc.line is not None else path
+        where = exc.place(path)
         if exc.alias:
             return failed(
                 f"{where}: YAML anchors and aliases are not allowed in a mappings "

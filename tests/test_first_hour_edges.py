@@ -1,0 +1,96 @@
+"""The first hour's rough edges (issue 31): each message a new user met, fixed and pinned.
+
+Each test runs `moetune` in-process as the console script does, at 80 columns.
+"""
+
+import pytest
+
+from moetune.cli import main
+from moetune.engines import names
+from moetune.errors import TuneError
+from moetune.tune.search.space import load_space
+
+
+@pytest.fixture(autouse=True)
+def offline_no_gpu(monkeypatch, tmp_path):
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "MOETUNE_MAPPINGS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(names, "detect_device_name", lambda: None)
+    monkeypatch.chdir(tmp_path)
+
+
+def run(capsys, *args):
+    """Run the CLI in-process as `moetune` does; return (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main([str(arg) for arg in args])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+# --- a mistyped command -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("extact", "extract"), ("tnue", "tune")])
+def test_a_mistyped_command_gets_a_did_you_mean(capsys, typed, meant):
+    code, out, err = run(capsys, typed)
+    assert code == 2
+    assert f"Error: No such command '{typed}'. Did you mean '{meant}'?" in err
+
+
+def test_a_command_like_no_other_gets_no_suggestion(capsys):
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2
+    assert "Error: No such command 'frobnicate'.\n" in err
+    assert "Did you mean" not in err
+
+
+# --- 64.0 where a power of two is asked ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "value", "whole"),
+    [
+        ("s.yaml", "BLOCK_SIZE_N: [64.0, 128]\n", "64.0", "64"),
+        ("s.json", '{"BLOCK_SIZE_K": 128.0}', "128.0", "128"),
+        ("s.yaml", 'num_warps: "4"\n', '"4"', "4"),
+    ],
+)
+def test_an_integral_float_in_a_space_is_told_to_be_an_integer(tmp_path, name, text, value, whole):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TuneError) as info:
+        load_space(path)
+    message = str(info.value)
+    assert f"{value} must be an integer: write {whole}" in message
+    assert "power of two" not in message
+
+
+def test_a_float_that_is_no_integer_still_names_the_rule(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("BLOCK_SIZE_N: [64.5]\n")
+    with pytest.raises(TuneError, match=r"64\.5\]? is not a power of two from 16 to 1024"):
+        load_space(path)
+
+
+# --- YAML errors say file:line:column -------------------------------------------------
+
+
+def test_a_broken_space_file_names_its_line_and_column(capsys, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("BLOCK_SIZE_M: [16, 32]\nBLOCK_SIZE_N: [64, 128\nnum_warps: 4\n")
+    code, out, err = run(capsys, "tune", "-m", "Qwen/Qwen3-30B-A3B", "--dry-run", "--space", space)
+    assert code == 1
+    assert err.startswith(f"Error: search space {space}:3:10: malformed YAML (while parsing a flow")
+    assert err.count("\n") == 1
+
+
+def test_a_broken_mappings_file_names_its_line_and_column(capsys, tmp_path):
+    mappings = tmp_path / "mine.yaml"
+    mappings.write_text("version: 1\nentries:\n  - name: x\n   architectures: [y]\n")
+    code, _, err = run(capsys, "validate", mappings)
+    assert code == 1
+    assert f"{mappings}:4:4: malformed YAML (while parsing a block" in err
