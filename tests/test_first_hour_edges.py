@@ -3,12 +3,16 @@
 Each test runs `moetune` in-process as the console script does, at 80 columns.
 """
 
+from pathlib import Path
+
 import pytest
 
 from moetune.cli import main
 from moetune.engines import names
 from moetune.errors import TuneError
 from moetune.tune.search.space import load_space
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -94,3 +98,30 @@ def test_a_broken_mappings_file_names_its_line_and_column(capsys, tmp_path):
     code, _, err = run(capsys, "validate", mappings)
     assert code == 1
     assert f"{mappings}:4:4: malformed YAML (while parsing a block" in err
+
+
+# --- a dense model ------------------------------------------------------------------
+
+DENSE_LLAMA = ROOT / "tests" / "fixtures" / "dense" / "llama.json"
+
+
+@pytest.mark.parametrize("command", ["extract", "check"])
+def test_a_dense_config_is_told_it_may_be_a_dense_model(capsys, command):
+    code, out, err = run(capsys, command, "-m", DENSE_LLAMA, "--device-name", "NVIDIA_H200")
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1, err
+    assert err.startswith(
+        "Error: unknown architecture 'LlamaForCausalLM' model_type 'llama': this config has "
+        "no MoE fields (none of num_experts, top_k, nor any key with 'expert' or 'moe' in "
+        "its name): it may be a dense model, which has no fused-MoE kernel to tune; if it is "
+        "an MoE model, add a mapping (docs/mappings.md)"
+    )
+    assert "{name: llama, architectures: [LlamaForCausalLM]" in err
+
+
+def test_an_moe_config_of_unknown_names_still_gets_the_entry_to_add(capsys):
+    """AcmeMoE names its experts its own way: no "dense model" guess, the usual hint."""
+    code, _, err = run(capsys, "extract", "-m", ROOT / "examples" / "acme" / "config.json")
+    assert code == 1
+    assert "dense" not in err
+    assert "the generic guess found no num_experts, top_k, intermediate_size" in err

@@ -173,6 +173,16 @@ def unknown_architecture_message(
         if part
     )
     message = f"unknown {what or 'architecture (config has no architectures or model_type)'}"
+    named = bool(architecture or model_type)
+    if named and missing and "num_experts" in missing and not _names_experts(config):
+        # A dense model (a Llama) has no experts to tune: say so before suggesting an entry.
+        entry = _suggested_entry(architecture, model_type, found)
+        return (
+            f"{message}: this config has no MoE fields (none of {', '.join(missing)}, nor "
+            "any key with 'expert' or 'moe' in its name): it may be a dense model, which has no fused-MoE "
+            "kernel to tune; if it is an MoE model, add a mapping (docs/mappings.md) to "
+            f"moe_mappings.yaml or a --mappings file: {entry}"
+        )
     if missing:
         message += f": the generic guess found no {', '.join(missing)}"
     known = sorted(
@@ -184,21 +194,47 @@ def unknown_architecture_message(
             close += [c for c in difflib.get_close_matches(name, known, n=3) if c not in close]
     if close:
         message += f"; close matches: {', '.join(close)}"
-    name = re.sub(r"[^a-z0-9_.]", "_", (model_type or architecture or "").lower()) or "my_moe"
+    name = _entry_name(architecture, model_type)
+    add = "add an entry to moe_mappings.yaml (or a --mappings file)"
+    if not named:  # nothing an entry could match on
+        add = f'add "model_type": "{name}" to the config, and an entry ' + add.removeprefix(
+            "add an entry "
+        )
+    return f"{message}; {add}: {_suggested_entry(architecture, model_type, found)}"
+
+
+def _entry_name(architecture: str | None, model_type: str | None) -> str:
+    return re.sub(r"[^a-z0-9_.]", "_", (model_type or architecture or "").lower()) or "my_moe"
+
+
+def _suggested_entry(
+    architecture: str | None, model_type: str | None, found: dict[str, str] | None
+) -> str:
+    """The registry entry to add, as one line of YAML: the parameters the generic guess
+    resolved (`found`) filled in, the others as <path>."""
+    name = _entry_name(architecture, model_type)
     keys = [f"name: {name}"]
     if architecture:
         keys.append(f"architectures: [{_flow_scalar(architecture)}]")
     if model_type:
         keys.append(f"model_types: [{_flow_scalar(model_type)}]")
-    add = "add an entry to moe_mappings.yaml (or a --mappings file)"
-    if not (architecture or model_type):  # nothing an entry could match on
+    if not (architecture or model_type):
         keys.append(f"model_types: [{name}]")
-        add = f'add "model_type": "{name}" to the config, and an entry ' + add.removeprefix(
-            "add an entry "
-        )
     params = ", ".join(f"{p}: {(found or {}).get(p, '<path>')}" for p in REQUIRED_PARAMS)
-    entry = f"{{{', '.join(keys)}, params: {{{params}}}}}"
-    return f"{message}; {add}: {entry}"
+    return f"{{{', '.join(keys)}, params: {{{params}}}}}"
+
+
+def _names_experts(config: Any) -> bool:
+    """Whether any key of `config`, at any depth, is named like an MoE field (*expert*,
+    *moe*): a config without one is likely a dense model's."""
+    if isinstance(config, dict):
+        return any(
+            "expert" in str(key).lower() or "moe" in str(key).lower() or _names_experts(value)
+            for key, value in config.items()
+        )
+    if isinstance(config, list):
+        return any(_names_experts(item) for item in config)
+    return False
 
 
 def _flow_scalar(text: str) -> str:
