@@ -125,3 +125,27 @@ def test_an_moe_config_of_unknown_names_still_gets_the_entry_to_add(capsys):
     assert code == 1
     assert "dense" not in err
     assert "the generic guess found no num_experts, top_k, intermediate_size" in err
+
+
+# --- a --tp that only expert parallelism makes valid ---------------------------------
+
+
+def test_a_tp_refusal_suggests_the_expert_parallel_layouts_that_work(capsys):
+    """MiniMax-M2 (256 experts, I=1536, fp8 blocks of 128): TP8 leaves 192 rows, no
+    multiple of 128; EP8 keeps each expert whole, and --ep does extract."""
+    model = ("-m", "MiniMaxAI/MiniMax-M2", "--device-name", "NVIDIA_H200")
+    code, _, err = run(capsys, "extract", *model, "--tp", "8")
+    assert code == 1
+    assert err.rstrip().endswith(
+        "valid --tp: 1, 2, 3, 4, 6, 12; or keep --tp 8 with expert parallelism: --ep "
+        "(vLLM: 32 whole experts per rank) or --ep-size 2, 4 or 8 (SGLang)"
+    )
+    for layout in (["--ep"], ["--ep-size", "2"], ["--ep-size", "4"], ["--ep-size", "8"]):
+        code, out, err = run(capsys, "extract", *model, "--tp", "8", *layout)
+        assert code == 0, (layout, err)
+
+
+def test_no_expert_parallel_hint_where_ep_cannot_split_the_experts(capsys):
+    code, _, err = run(capsys, "extract", "-m", "Qwen/Qwen3-30B-A3B", "--tp", "5")
+    assert code == 1
+    assert "expert parallelism" not in err  # 128 experts do not split 5 ways either

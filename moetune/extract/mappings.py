@@ -180,8 +180,8 @@ def unknown_architecture_message(
         return (
             f"{message}: this config has no MoE fields (none of {', '.join(missing)}, nor "
             "any key with 'expert' or 'moe' in its name): it may be a dense model, which has no fused-MoE "
-            "kernel to tune; if it is an MoE model, add a mapping (docs/mappings.md) to "
-            f"moe_mappings.yaml or a --mappings file: {entry}"
+            "kernel to tune; if it is an MoE model, add a mapping (docs/mappings.md), an "
+            f"entry in moe_mappings.yaml (or a --mappings file): {entry}"
         )
     if missing:
         message += f": the generic guess found no {', '.join(missing)}"
