@@ -149,3 +149,30 @@ def test_no_expert_parallel_hint_where_ep_cannot_split_the_experts(capsys):
     code, _, err = run(capsys, "extract", "-m", "Qwen/Qwen3-30B-A3B", "--tp", "5")
     assert code == 1
     assert "expert parallelism" not in err  # 128 experts do not split 5 ways either
+
+
+# --- the plan's counts add up --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "twins"),
+    [("Qwen/Qwen3-30B-A3B-FP8", True), ("Qwen/Qwen3-30B-A3B", False)],
+)
+def test_each_batch_size_s_removals_add_up_to_the_stated_candidates(capsys, model, twins):
+    """fp8 on Hopper prunes the grid plus the 8-row twins of the swapped kernel: the Search
+    line counts them, so kept + removed is that number at every batch size."""
+    import re
+
+    code, out, err = run(
+        capsys, "tune", "-m", model, "--dry-run", "--engine", "vllm", "--device-name", "NVIDIA_H200"
+    )
+    assert code == 0, err
+    flat = " ".join(out.split())  # however the lines wrap
+    stated = int(re.search(r"Search: fast over (\d+) candidates", flat)[1])
+    assert (stated != 1920) == twins
+    assert ("BLOCK_SIZE_M=8 twins" in flat) == twins
+    rows = re.findall(r"M=(\d+) (\d+) kept(?: \(([^)]*)\))?", flat)
+    assert len(rows) == 18
+    for m, kept, removed in rows:
+        counts = [int(part.rsplit(" ", 1)[1]) for part in removed.split(", ") if part]
+        assert int(kept) + sum(counts) == stated, (m, kept, removed)
