@@ -139,19 +139,25 @@ def benchmark(
         f"--config {mismatch}; timed as this shape anyway (--strict refuses such a file)"
         for mismatch in mismatches
     ]
+    from rich.console import Console
+
+    from moetune.commands.terminal import print_wrapped
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if not json_:  # --json: the notes are in the JSON
         for note in notes:
-            click.echo(f"Note: {note}", err=True)
+            print_wrapped(err, f"Note: {note}", "  ")
         if one_kernel:
-            click.echo(f"Kernel: {kernel_description(problem)}", err=True)
+            print_wrapped(err, f"Kernel: {kernel_description(problem)}", "  ")
         else:
             for e in engines:
-                click.echo(
+                print_wrapped(
+                    err,
                     f"Kernel of the {_ENGINE_LABEL[e]} columns: {kernel_description(problems[e])}",
-                    err=True,
+                    "  ",
                 )
     for warning in warnings:
-        click.echo(f"Warning: {warning}", err=True)
+        print_wrapped(err, f"Warning: {warning}", "  ")
     sizes = batch_sizes_of(batch_sizes)
     devices = worker_devices(gpus, resolved, dry_run=dry_run)
 
@@ -559,12 +565,24 @@ HARNESS_NOTE = (
 
 
 def _print_plan(picks: dict[int, dict[str, Any]], title: str, harness: str) -> None:
-    click.echo(f"Would time {title}, per batch size (BLOCK M/N/K, GROUP, warps, stages):")
+    from rich.console import Console
+
+    from moetune.commands.terminal import print_wrapped
+
+    console = Console(highlight=False, soft_wrap=True)
+    print_wrapped(
+        console, f"Would time {title}, per batch size (BLOCK M/N/K, GROUP, warps, stages):"
+    )
+
+    def shown(name: str) -> str:
+        return Path(name).name if name != "default" else "default"
+
+    width = max((len(shown(name)) for configs in picks.values() for name in configs), default=0)
     for m, configs in picks.items():
-        cells = ", ".join(
-            f"{Path(name).name if name != 'default' else 'default'} {candidate.short()}"
-            for name, candidate in configs.items()
-        )
-        click.echo(f"  M={m:<5d} {cells}")
+        # One config a line under its batch size: a file name and its config stay together.
+        for number, (name, candidate) in enumerate(configs.items()):
+            label = f"M={m}" if not number else ""
+            line = f"  {label:<7} {shown(name):<{width}}  {candidate.short()}"
+            print_wrapped(console, line, " " * 12)
     if harness == "pair":
-        click.echo(HARNESS_NOTE)
+        print_wrapped(console, HARNESS_NOTE)

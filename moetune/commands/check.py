@@ -222,7 +222,15 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
         dtype += f" block {list(kernel.block_shape)}"
     split = f"TP{local.tp_size}" + (f" EP{local.ep_size}" if local.ep_size > 1 else "")
     triton = f"Triton {triton_version} ({triton_source})" if triton_version else triton_source
-    echo = click.echo
+    from rich.console import Console
+
+    from moetune.commands.terminal import print_wrapped
+
+    console = Console(highlight=False, soft_wrap=True)
+
+    def echo(line: str) -> None:
+        print_wrapped(console, line)
+
     echo(
         f"{report.model}, {split}: E={local.local_experts}, N={local.intermediate_size}, "
         f"K={local.hidden_size}, top-k {local.top_k}, {dtype}"

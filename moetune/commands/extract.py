@@ -129,8 +129,9 @@ def _print_tables(report: ExtractReport) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
-    from moetune.commands.terminal import print_table
+    from moetune.commands.terminal import print_table, print_wrapped
 
     def table(*columns: str) -> Table:
         # Names, values and config paths stay whole; only the meaning wraps (at spaces).
@@ -144,16 +145,21 @@ def _print_tables(report: ExtractReport) -> None:
         return grid
 
     console = Console(highlight=False, soft_wrap=True)
+
+    def show(markup: str) -> None:
+        # wrapped at spaces, names and paths whole (a long value hangs under its label)
+        print_wrapped(console, Text.from_markup(markup))
+
     extraction, shape, local = report.extraction, report.extraction.shape, report.sharded
-    console.print(f"[bold]{escape(report.model)}[/bold]: {escape(report.loaded.description)}")
+    show(f"[bold]{escape(report.model)}[/bold]: {escape(report.loaded.description)}")
     identity = extraction.architecture or "no architectures"
     if extraction.model_type:
         identity += f" (model_type {extraction.model_type})"
-    console.print(f"{escape(identity)}, registry entry [bold]{escape(extraction.entry)}[/bold]")
+    show(f"{escape(identity)}, registry entry [bold]{escape(extraction.entry)}[/bold]")
     if extraction.guessed:
-        console.print("[bold red]GUESSED[/bold red]: generic fallback entry, check every value")
+        show("[bold red]GUESSED[/bold red]: generic fallback entry, check every value")
 
-    console.print("\n[bold]MoE block[/bold] (whole model)")
+    show("\n[bold]MoE block[/bold] (whole model)")
     values = table("parameter", "value", "from")
     for name, value in shape.to_dict().items():
         source = extraction.sources.get(name, "")
@@ -168,7 +174,7 @@ def _print_tables(report: ExtractReport) -> None:
     else:
         dtype_value = kernel.activation_dtype
         dtype_meaning = f"no dtype in the file names; from {kernel.reason}"
-    console.print(f"\n[bold]Per GPU rank[/bold]: {escape(_layout(local.tp_size, local.ep_size))}")
+    show(f"\n[bold]Per GPU rank[/bold]: {escape(_layout(local.tp_size, local.ep_size))}")
     per_rank = table("quantity", "value", "meaning")
     rows = [
         ("local_experts", local.local_experts, "E of the file names"),
@@ -202,29 +208,29 @@ def _print_tables(report: ExtractReport) -> None:
 
     quant = quant_lines(report)
     if quant:
-        console.print("\n[bold]Quantization[/bold] (what each engine runs for this checkpoint)")
+        show("\n[bold]Quantization[/bold] (what each engine runs for this checkpoint)")
         for line in quant:
-            console.print(escape(line))
+            show(escape(line))
 
     from moetune.extract.report import backend_lines
 
     backends = backend_lines(report)
     if backends:
-        console.print(
+        show(
             "\n[bold]Backend[/bold] (what each engine runs by default for these experts, "
             "from its selection code)"
         )
         for line in backends:
-            console.print(f"  {escape(line)}")
+            show(f"  {escape(line)}")
 
-    console.print(
+    show(
         f"\n[bold]Tuned-config files[/bold] for {escape(report.device.name)} ({report.device.source})"
     )
-    console.print(f"  vLLM    {escape(report.vllm_config_file)}")
-    console.print(f"          read from {VLLM_SEARCH_PATH}")
-    console.print(f"  SGLang  {escape(report.sglang_config_file)}")
-    console.print(f"          read from {escape(report.sglang_config_dir)}")
+    show(f"  vLLM    {escape(report.vllm_config_file)}")
+    show(f"          read from {VLLM_SEARCH_PATH}")
+    show(f"  SGLang  {escape(report.sglang_config_file)}")
+    show(f"          read from {escape(report.sglang_config_dir)}")
     if report.notes:
-        console.print("\n[bold]Notes[/bold]")
+        show("\n[bold]Notes[/bold]")
         for note in report.notes:
-            console.print(f"  - {escape(note)}")
+            show(f"  - {escape(note)}")

@@ -19,7 +19,7 @@ from moetune.commands.options import (
     timeout_option,
     vllm_release_option,
 )
-from moetune.commands.terminal import print_table, say
+from moetune.commands.terminal import print_lines, print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_HELP
 from moetune.tune.confirm import DEFAULT_ROUNDS
@@ -248,12 +248,11 @@ def tune(
     if not json_:
         for note in notes:
             say(err, f"Note: {note}")
-    for line in sweep_lines(sweep, compare=lambda plan: _compare_line(plan.request)):
-        out.print(line, markup=False, soft_wrap=True)
-    for target in targets:
-        out.print(
-            f"Install:     {target.engine} -> {target.folder} ({target.source})", markup=False
-        )
+    print_lines(out, sweep_lines(sweep, compare=lambda plan: _compare_line(plan.request)))
+    print_lines(
+        out,
+        (f"Install:     {t.engine} -> {t.folder} ({t.source})" for t in targets),
+    )
     if dry_run:
         if json_:
             click.echo(json.dumps({**sweep_json(sweep), "notes": notes}, indent=2))
