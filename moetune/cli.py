@@ -118,6 +118,9 @@ def cli() -> None:
         moetune extract --model Qwen/Qwen3-30B-A3B --tp 1
     Tune it on this machine's GPUs and write drop-in config files:
         moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 --save-dir tuned
+    Shell completion (commands, options, --model ids and paths, --dtype...):
+    add to ~/.bashrc (zsh: zsh_source in ~/.zshrc; fish: fish_source)
+        eval "$(_MOETUNE_COMPLETE=bash_source moetune)"
     """
 
 

@@ -176,3 +176,73 @@ def test_each_batch_size_s_removals_add_up_to_the_stated_candidates(capsys, mode
     for m, kept, removed in rows:
         counts = [int(part.rsplit(" ", 1)[1]) for part in removed.split(", ") if part]
         assert int(kept) + sum(counts) == stated, (m, kept, removed)
+
+
+# --- shell completion ------------------------------------------------------------------
+
+
+def completions(args, incomplete):
+    """(value, type) of what the shell is offered after `moetune ARGS INCOMPLETE`."""
+    from click.shell_completion import ShellComplete
+
+    from moetune.cli import cli
+
+    complete = ShellComplete(cli, {}, "moetune", "_MOETUNE_COMPLETE")
+    return [(item.value, item.type) for item in complete.get_completions(args, incomplete)]
+
+
+@pytest.mark.parametrize("command", ["extract", "check", "tune", "benchmark"])
+def test_model_completes_to_catalog_ids_and_local_paths(command):
+    offered = completions([command, "--model"], "Qwen/Qwen3-30")
+    assert ("Qwen/Qwen3-30B-A3B", "plain") in offered
+    assert ("Qwen/Qwen3-30B-A3B-FP8", "plain") in offered
+    assert all(value.startswith("Qwen/Qwen3-30") for value, _ in offered)
+    assert offered[-1] == ("Qwen/Qwen3-30", "file")  # the shell lists matching paths
+    assert ("./", "file") in completions([command, "-m"], "./")
+
+
+def test_dtype_completes_to_its_choices_in_a_list_too():
+    assert completions(["extract", "--dtype"], "fp") == [
+        ("fp16", "plain"),
+        ("fp8_w8a8", "plain"),
+    ]
+    assert completions(["tune", "--dtype"], "bf16,int4") == [("bf16,int4_w4a16", "plain")]
+    assert [value for value, _ in completions(["check", "--dtype"], "")][:2] == ["auto", "bf16"]
+
+
+@pytest.mark.parametrize(
+    ("args", "incomplete", "expected"),
+    [
+        (["tune", "--engine"], "s", ["sglang"]),
+        (["tune", "--search"], "ex", ["exhaustive"]),
+        (["tune", "--vllm-release"], "0.3", ["0.33.0", "0.34.0"]),
+        (["check", "--vllm-release"], "0.34", ["0.34.0"]),
+        ([], "ext", ["extract"]),
+    ],
+)
+def test_fixed_set_options_complete_to_their_values(args, incomplete, expected):
+    assert [value for value, _ in completions(args, incomplete)] == expected
+
+
+def test_routing_completes_to_uniform_or_a_path():
+    assert completions(["tune", "--routing"], "un") == [("uniform", "plain"), ("un", "file")]
+
+
+def test_the_completion_script_answers_through_the_console_entry(tmp_path):
+    """What bash runs: `_MOETUNE_COMPLETE=bash_complete` with COMP_WORDS and COMP_CWORD."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "_MOETUNE_COMPLETE": "bash_complete",
+        "COMP_WORDS": "moetune tune --dtype bf16,fp8",
+        "COMP_CWORD": "3",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["plain,bf16,fp8_w8a8"]

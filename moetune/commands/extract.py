@@ -11,6 +11,7 @@ import click
 from moetune.commands.options import (
     ListParam,
     allow_huge_shape_option,
+    complete_model,
     device_name_option,
     mappings_options,
 )
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     "--model",
     "-m",
     required=True,
+    shell_complete=complete_model,
     help="Hugging Face repo id (org/name), a model directory, or a config.json path.",
 )
 @click.option(

@@ -11,6 +11,7 @@ from moetune.commands.options import (
     ENGINE_CHOICES,
     batch_size_option,
     compare_dir_option,
+    complete_routing,
     default_compile_workers,
     engine_option,
     gpus_option,
@@ -85,6 +86,7 @@ SEARCHES = ("fast", "thorough", "exhaustive")
 @click.option(
     "--routing",
     default="uniform",
+    shell_complete=complete_routing,
     show_default=True,
     help="uniform: random routing; or PATH: a dump of real topk_ids to replay "
     "(SGLang's --topk-ids-dir folder, or a [tokens, top_k] .pt/.npy; see docs/routing.md).",
