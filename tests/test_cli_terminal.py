@@ -180,6 +180,42 @@ def test_say_wraps_at_spaces_and_keeps_a_long_path_whole():
     )
 
 
+def wrapped_at(width, *lines, columns="80"):
+    import io
+
+    from rich.console import Console
+
+    from moetune.commands.terminal import print_lines
+
+    buffer = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", columns)
+        print_lines(Console(file=buffer, width=width), lines)
+    return buffer.getvalue().splitlines()
+
+
+def test_a_plan_line_hangs_under_its_label_and_keeps_paths_whole():
+    path = "/results/Qwen__Qwen3-30B-A3B/configs/triton_3_9_0/E=128,N=768.json"
+    line = f"Results:     {path} (resumable, one store for every shape of the sweep)"
+    lines = wrapped_at(40, line, "  M=1       704 kept  (block_quant 736, shared_memory 32)")
+    assert lines[:3] == [
+        "Results:",
+        f"             {path}",
+        "             (resumable, one store for",
+    ]
+    assert all(len(text) <= 40 for text in lines if path not in text)
+    assert lines[-2:] == [
+        "  M=1       704 kept  (block_quant 736,",
+        "            shared_memory 32)",
+    ]
+
+
+def test_without_a_width_to_fit_a_line_is_printed_whole():
+    line = "Batch sizes: " + ", ".join(str(1 << n) for n in range(13))
+    assert wrapped_at(40, line, columns="") == [line]
+    assert wrapped_at(40, line)[1].startswith("             ")  # under the value
+
+
 @pytest.mark.parametrize(("interpret", "shown"), [("1", False), ("0", True)])
 def test_the_worker_drops_numpy_warnings_under_the_interpreter_only(tmp_path, interpret, shown):
     script = (
