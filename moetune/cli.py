@@ -84,6 +84,17 @@ class _Cli(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for _, name in COMMANDS if self.get_command(ctx, name) is not None]
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # click suggests close names from `self.commands`, empty here (commands load lazily).
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=[name for _, name in COMMANDS], ctx=ctx
+            ) from None
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         for module_name, name in COMMANDS:
             if name == cmd_name:
@@ -107,6 +118,9 @@ def cli() -> None:
         moetune extract --model Qwen/Qwen3-30B-A3B --tp 1
     Tune it on this machine's GPUs and write drop-in config files:
         moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 --save-dir tuned
+    Shell completion (commands, options, --model ids and paths, --dtype...):
+    add to ~/.bashrc (zsh: zsh_source in ~/.zshrc; fish: fish_source)
+        eval "$(_MOETUNE_COMPLETE=bash_source moetune)"
     """
 
 

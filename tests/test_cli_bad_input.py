@@ -211,7 +211,7 @@ def test_yaml_alias_bomb_is_refused_at_once(tmp_path, command):
         env={"PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 1
-    assert f"{path}, line 1: YAML anchors and aliases are not allowed" in result.stderr
+    assert f"{path}:1:4: YAML anchors and aliases are not allowed" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -341,7 +341,7 @@ def test_space_alias_bomb_is_refused_at_once(tmp_path):
     )  # fmt: skip
     assert code == 1
     assert error_line(err) == (
-        f"Error: search space {path}, line 1: YAML anchors and aliases are not allowed in a "
+        f"Error: search space {path}:1:4: YAML anchors and aliases are not allowed in a "
         "search space (an alias can expand without bound); write the values out"
     )
 

@@ -206,7 +206,7 @@ def test_malformed_yaml(capsys, tmp_path):
     )
     code, out, err = run(capsys, "extract", "--model", "moonshotai/Kimi-K3", "--mappings", mappings)
     assert (code, out) == (1, "")
-    assert err.startswith(f"Error: {mappings}, line 4: malformed YAML")
+    assert err.startswith(f"Error: {mappings}:4:4: malformed YAML")
     assert err.count("\n") == 1
 
 

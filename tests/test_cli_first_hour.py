@@ -3,6 +3,7 @@
 Each test is the exact repro of one such fault, run in-process as `moetune` runs, at 80 columns.
 """
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -37,6 +38,22 @@ def run(capsys, *args):
     return exc.value.code, out.out, out.err
 
 
+def logical_lines(text, deeper=2):
+    """The lines of `text` with each wrapped line joined back: a line indented more than
+    `deeper` columns past the one it follows continues it (the plans wrap at 80 columns
+    with a hanging indent; their nested items are 2 columns in; notes hang 2 in)."""
+    lines: list[str] = []
+    indents: list[int] = []
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if lines and line.strip() and indent > indents[-1] + deeper and lines[-1].strip():
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+            indents.append(indent)
+    return lines
+
+
 def error_line(err):
     lines = [line for line in err.splitlines() if line.startswith("Error:")]
     assert len(lines) == 1, err
@@ -53,7 +70,8 @@ def test_benchmark_takes_a_list_of_batch_sizes_as_tune_does(capsys):
         "--batch-size", "8", "--dry-run", "--device-name", "NVIDIA_H200",
     )  # fmt: skip
     assert code == 0, err
-    assert [line.split()[0] for line in out.splitlines()[1:4]] == ["M=1", "M=8", "M=64"]
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith("  M=")]
+    assert rows == ["M=1", "M=8", "M=64"]
 
 
 @pytest.mark.parametrize("command", ["tune", "benchmark"])
@@ -107,7 +125,7 @@ def test_a_sweep_skips_only_what_its_reasons_call_invalid(capsys):
         "--device-name", "NVIDIA_H200", "--batch-size", "1",
     )  # fmt: skip
     assert code == 0, err
-    layouts = [line.strip() for line in out.splitlines() if line.startswith("  TP")]
+    layouts = [line.strip() for line in logical_lines(out) if line.startswith("  TP")]
     skipped = [line for line in layouts if "skipped" in line]
     assert len(skipped) == 1 and skipped[0].startswith("TP16 EP")
     assert "valid --tp with --ep: 1, 2, 4, 8" in skipped[0]
@@ -175,7 +193,8 @@ def tiny_tune(*extra):
 
 def planned_files(out):
     block = out.split("Will write:\n", 1)[1]
-    return [line.strip() for line in block.splitlines() if line.startswith("  ")]
+    rows = itertools.takewhile(lambda line: line.startswith("  "), block.splitlines())
+    return [line.strip() for line in rows]
 
 
 @pytest.mark.slow
@@ -222,7 +241,7 @@ def test_the_plan_labels_a_layout_with_its_resolved_dtype(capsys, model, label):
         "--batch-size", "1",
     )  # fmt: skip
     assert code == 0, err
-    shape = next(line for line in out.splitlines() if line.startswith("Shape:"))
+    shape = next(line for line in logical_lines(out) if line.startswith("Shape:"))
     assert shape.endswith(f", {label})") and "auto" not in shape
     code, out, err = run(
         capsys, "tune", "-m", model, "--tp", "4,8", "--dry-run", "--device-name", "NVIDIA_H200",
@@ -243,7 +262,7 @@ def benchmark(*extra):
 def test_benchmark_warns_when_the_file_is_for_another_layout(capsys):
     code, out, err = run(capsys, *benchmark("--tp", "2"))  # a TP1 file (N=768) timed as TP2
     assert code == 0, err
-    (warning,) = [line for line in err.splitlines() if line.startswith("Warning:")]
+    (warning,) = [line for line in logical_lines(err, 0) if line.startswith("Warning:")]
     assert warning.startswith(f"Warning: --config {VLLM_FILE.name} names N=768, but ")
     assert "TP2 on this machine is N=384" in warning and "--strict" in warning
     assert out.startswith("Would time E=128,N=384,")
@@ -283,7 +302,7 @@ def test_benchmark_dry_run_json_prints_only_json(capsys):
     assert pick[str(VLLM_FILE)]["config"]["BLOCK_SIZE_M"] == 16
     assert plan["warnings"] and "names N=768" in plan["warnings"][0]
     # stderr: the warning, which matters; no text report, no notes (they are in the JSON).
-    assert [line.split(":")[0] for line in err.splitlines()] == ["Warning"]
+    assert [line.split(":")[0] for line in logical_lines(err, 0)] == ["Warning"]
 
 
 # --- --json: stdout is one JSON document, stderr says nothing the JSON does not -------

@@ -104,6 +104,63 @@ def test_a_cpu_tune_and_benchmark_at_80_columns_keep_paths_and_names_whole(tmp_p
     whole_on_a_line(out, f"file 1: {config}", "vLLM fallback")
 
 
+def assert_fits_80(text):
+    """Every line fits 80 columns, but one that is a single word (a path, a name: data
+    that may not be cut) after its indent. (A table of config paths wider than 80, as
+    Kimi K3's, is data too: `test_extract_at_80_columns_keeps_every_field_path_whole`.)"""
+    for line in text.splitlines():
+        line = line.rstrip()  # a table pads its cells
+        assert len(line) <= 80 or len(line.split()) == 1, f"{len(line)} wide: {line!r}"
+
+
+QWEN_FILE = ROOT / "bench" / "vllm_configs" / "E=128,N=768,device_name=NVIDIA_H200.json"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["archs"],
+        ["extract", "-m", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "2", "--device-name", "NVIDIA_H200"],
+        ["check", "-m", "Qwen/Qwen3-30B-A3B", "--device-name", "NVIDIA_H200"],
+        ["check", "-m", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--device-name", "NVIDIA_H200"],
+        ["benchmark", "-m", "Qwen/Qwen3-30B-A3B", "--dry-run", "--config", QWEN_FILE,
+         "--device-name", "NVIDIA_H200"],
+        ["tune", "-m", "Qwen/Qwen3-30B-A3B-FP8", "--dry-run", "--device-name", "NVIDIA_H200"],
+        ["tune", "-m", "Qwen/Qwen3-30B-A3B", "--tp", "1,2,3", "--dry-run", "--batch-size", "1",
+         "--device-name", "NVIDIA_H200"],
+    ],
+    ids=["archs", "extract-fp8", "check", "check-fp8", "benchmark-dry-run",
+         "tune-dry-run", "tune-sweep-dry-run"],
+)  # fmt: skip
+def test_output_fits_80_columns_but_for_paths(tmp_path, args):
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environment(tmp_path, COLUMNS="80"),
+        timeout=600,
+    )
+    assert result.returncode in (0, 4), result.stderr  # check: 4 when a file is missing
+    assert result.stdout.strip()
+    assert_fits_80(result.stdout)
+    assert_fits_80(result.stderr)
+
+
+def test_a_pipe_without_columns_keeps_each_line_whole(tmp_path):
+    """`moetune check | grep`: with no terminal and no $COLUMNS a line is not wrapped."""
+    env = environment(tmp_path)
+    env.pop("COLUMNS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "moetune", "check", "-m", "Qwen/Qwen3-30B-A3B",
+         "--device-name", "NVIDIA_H200"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+    )  # fmt: skip
+    assert "to fill the gap: moetune tune --model Qwen/Qwen3-30B-A3B --tp 1 --device-name" in (
+        result.stdout
+    )
+
+
 def test_say_wraps_at_spaces_and_keeps_a_long_path_whole():
     import io
 
@@ -121,6 +178,42 @@ def test_say_wraps_at_spaces_and_keeps_a_long_path_whole():
     assert " ".join(line.strip() for line in lines) == (
         f"Note: the file {path} is kept, and this sentence wraps at spaces"
     )
+
+
+def wrapped_at(width, *lines, columns="80"):
+    import io
+
+    from rich.console import Console
+
+    from moetune.commands.terminal import print_lines
+
+    buffer = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", columns)
+        print_lines(Console(file=buffer, width=width), lines)
+    return buffer.getvalue().splitlines()
+
+
+def test_a_plan_line_hangs_under_its_label_and_keeps_paths_whole():
+    path = "/results/Qwen__Qwen3-30B-A3B/configs/triton_3_9_0/E=128,N=768.json"
+    line = f"Results:     {path} (resumable, one store for every shape of the sweep)"
+    lines = wrapped_at(40, line, "  M=1       704 kept  (block_quant 736, shared_memory 32)")
+    assert lines[:3] == [
+        "Results:",
+        f"             {path}",
+        "             (resumable, one store for",
+    ]
+    assert all(len(text) <= 40 for text in lines if path not in text)
+    assert lines[-2:] == [
+        "  M=1       704 kept  (block_quant 736,",
+        "            shared_memory 32)",
+    ]
+
+
+def test_without_a_width_to_fit_a_line_is_printed_whole():
+    line = "Batch sizes: " + ", ".join(str(1 << n) for n in range(13))
+    assert wrapped_at(40, line, columns="") == [line]
+    assert wrapped_at(40, line)[1].startswith("             ")  # under the value
 
 
 @pytest.mark.parametrize(("interpret", "shown"), [("1", False), ("0", True)])

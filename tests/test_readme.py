@@ -265,3 +265,22 @@ def test_machine_dependent_parts_are_the_only_normalization():
         "configs/triton_X_Y_Z/ Triton X.Y.Z"
     )
     assert gen.normalize_paths(f"{ROOT}{os.sep}moetune/data/x.yaml") == "moetune/data/x.yaml"
+
+
+# The README is a new user's first hour (install, the two commands, the YAML format with a
+# worked example, measured numbers); detail belongs in docs/.
+README_MAX_LINES = 250
+
+
+def test_the_readme_stays_a_first_hour_read():
+    lines = gen.README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move detail to docs/"
+
+
+def test_the_readme_says_to_pick_one_install():
+    """`make install` and the pip lines are alternatives, and the README says which is which."""
+    install = gen.README.read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert "**one** of the two" in install
+    assert "`make install`" in install and 'pip install -e ".[kernel]"' in install
+    assert install.index("run the tests") < install.index("`make install`")
+    assert install.index("GPU machine you serve on") < install.index("pip install torch")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import click
 
 from moetune.commands.options import mappings_options
+from moetune.commands.terminal import say
 
 DESCRIPTION_MIN_WIDTH = 20
 
@@ -73,5 +75,22 @@ def archs(mappings: str | None, replace_mappings: bool, json_: bool) -> None:
         table.add_row(*(escape(text) for text in cell))
     console = Console(highlight=False, soft_wrap=True)
     needed = sum(widths) + DESCRIPTION_MIN_WIDTH + 3  # one space between columns
-    console.print(table, width=max(console.width, needed))
-    console.print(f"{len(rows)} entries from {', '.join(registry.source_files)}")
+    if needed <= console.width:
+        console.print(table)
+    else:  # too narrow for the table: one short paragraph per entry
+        _print_entries(console, rows)
+    say(console, f"{len(rows)} entries from {', '.join(registry.source_files)}")
+
+
+def _print_entries(console: Any, rows: list[dict[str, Any]]) -> None:
+    """The registry as a list, for a terminal too narrow for its table: the entry and its
+    description, then its architectures and model types, every name whole."""
+    for row in rows:
+        name = row["name"] + (" (fallback)" if row["fallback"] else "")
+        say(console, f"{name}: {row['description']}", indent="    ")
+        for label, names in (
+            ("architectures", row["architectures"]),
+            ("model_types", row["model_types"]),
+        ):
+            if names:
+                say(console, f"  {label}: {', '.join(names)}", indent="    ")

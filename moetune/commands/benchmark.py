@@ -115,8 +115,10 @@ def benchmark(
     )
     if not json_:  # --json: the notes are in the JSON
         _print_kernels(plan)
+    from moetune.commands.terminal import print_wrapped
+
     for warning in plan.warnings:
-        click.echo(f"Warning: {warning}", err=True)
+        print_wrapped(_stderr(), f"Warning: {warning}", "  ")
     devices = worker_devices(gpus, plan.resolved, dry_run=dry_run)
     facts = plan.facts(repeat)
     if dry_run:
@@ -285,18 +287,28 @@ def _bench_plan(
 
 def _print_kernels(plan: BenchPlan) -> None:
     """The notes, and the kernel each engine's columns are timed on, on stderr."""
+    from moetune.commands.terminal import print_wrapped
     from moetune.tune.runner import kernel_description
 
+    err = _stderr()
     for note in plan.notes:
-        click.echo(f"Note: {note}", err=True)
+        print_wrapped(err, f"Note: {note}", "  ")
     if plan.one_kernel:
-        click.echo(f"Kernel: {kernel_description(plan.problem)}", err=True)
+        print_wrapped(err, f"Kernel: {kernel_description(plan.problem)}", "  ")
         return
     for e in plan.engines:
-        click.echo(
+        print_wrapped(
+            err,
             f"Kernel of the {_ENGINE_LABEL[e]} columns: {kernel_description(plan.problems[e])}",
-            err=True,
+            "  ",
         )
+
+
+def _stderr() -> Any:
+    """A rich console on stderr that wraps at the terminal's width (names and paths whole)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _measure(plan: BenchPlan, devices: Any, timeout_s: float, repeat: int) -> list[dict]:
@@ -657,12 +669,24 @@ HARNESS_NOTE = (
 
 
 def _print_plan(picks: dict[int, dict[str, Any]], title: str, harness: str) -> None:
-    click.echo(f"Would time {title}, per batch size (BLOCK M/N/K, GROUP, warps, stages):")
+    from rich.console import Console
+
+    from moetune.commands.terminal import print_wrapped
+
+    console = Console(highlight=False, soft_wrap=True)
+    print_wrapped(
+        console, f"Would time {title}, per batch size (BLOCK M/N/K, GROUP, warps, stages):"
+    )
+
+    def shown(name: str) -> str:
+        return Path(name).name if name != "default" else "default"
+
+    width = max((len(shown(name)) for configs in picks.values() for name in configs), default=0)
     for m, configs in picks.items():
-        cells = ", ".join(
-            f"{Path(name).name if name != 'default' else 'default'} {candidate.short()}"
-            for name, candidate in configs.items()
-        )
-        click.echo(f"  M={m:<5d} {cells}")
+        # One config a line under its batch size: a file name and its config stay together.
+        for number, (name, candidate) in enumerate(configs.items()):
+            label = f"M={m}" if not number else ""
+            line = f"  {label:<7} {shown(name):<{width}}  {candidate.short()}"
+            print_wrapped(console, line, " " * 12)
     if harness == "pair":
-        click.echo(HARNESS_NOTE)
+        print_wrapped(console, HARNESS_NOTE)

@@ -10,7 +10,12 @@ from typing import Any
 
 import click
 
-from moetune.commands.options import compare_dir_option, engine_option, model_options
+from moetune.commands.options import (
+    compare_dir_option,
+    complete_vllm_release,
+    engine_option,
+    model_options,
+)
 
 # A Triton release as SGLang names its folders after it: 3.4.0, 3.5.0rc1, 3.3.1+git3b1c9b2b.
 TRITON_VERSION = re.compile(r"\d+\.\d+\.\d+(?:[.+-]?[0-9A-Za-z]+)*")
@@ -53,6 +58,7 @@ def check_triton_version(
 @click.option(
     "--vllm-release",
     metavar="X.Y.Z",
+    shell_complete=complete_vllm_release,
     help="The vLLM release whose rules the vLLM file is checked by (default: the installed "
     "vLLM's, else the newest moetune knows): which entry keys it accepts, whether it reads "
     "a _down file.",
@@ -235,7 +241,15 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
         dtype += f" block {list(kernel.block_shape)}"
     split = f"TP{local.tp_size}" + (f" EP{local.ep_size}" if local.ep_size > 1 else "")
     triton = f"Triton {triton_version} ({triton_source})" if triton_version else triton_source
-    echo = click.echo
+    from rich.console import Console
+
+    from moetune.commands.terminal import print_wrapped
+
+    console = Console(highlight=False, soft_wrap=True)
+
+    def echo(line: str) -> None:
+        print_wrapped(console, line)
+
     echo(
         f"{report.model}, {split}: E={local.local_experts}, N={local.intermediate_size}, "
         f"K={local.hidden_size}, top-k {local.top_k}, {dtype}"

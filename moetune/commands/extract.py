@@ -11,6 +11,7 @@ import click
 from moetune.commands.options import (
     ListParam,
     allow_huge_shape_option,
+    complete_model,
     device_name_option,
     mappings_options,
 )
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     "--model",
     "-m",
     required=True,
+    shell_complete=complete_model,
     help="Hugging Face repo id (org/name), a model directory, or a config.json path.",
 )
 @click.option(
@@ -143,20 +145,26 @@ def _table(*columns: str) -> Any:
 def _print_tables(report: ExtractReport) -> None:
     from rich.console import Console
     from rich.markup import escape
+    from rich.text import Text
 
-    from moetune.commands.terminal import print_table
+    from moetune.commands.terminal import print_table, print_wrapped
 
     console = Console(highlight=False, soft_wrap=True)
+
+    def show(markup: str) -> None:
+        # wrapped at spaces, names and paths whole (a long value hangs under its label)
+        print_wrapped(console, Text.from_markup(markup))
+
     extraction, shape, local = report.extraction, report.extraction.shape, report.sharded
-    console.print(f"[bold]{escape(report.model)}[/bold]: {escape(report.loaded.description)}")
+    show(f"[bold]{escape(report.model)}[/bold]: {escape(report.loaded.description)}")
     identity = extraction.architecture or "no architectures"
     if extraction.model_type:
         identity += f" (model_type {extraction.model_type})"
-    console.print(f"{escape(identity)}, registry entry [bold]{escape(extraction.entry)}[/bold]")
+    show(f"{escape(identity)}, registry entry [bold]{escape(extraction.entry)}[/bold]")
     if extraction.guessed:
-        console.print("[bold red]GUESSED[/bold red]: generic fallback entry, check every value")
+        show("[bold red]GUESSED[/bold red]: generic fallback entry, check every value")
 
-    console.print("\n[bold]MoE block[/bold] (whole model)")
+    show("\n[bold]MoE block[/bold] (whole model)")
     values = _table("parameter", "value", "from")
     for name, value in shape.to_dict().items():
         source = extraction.sources.get(name, "")
@@ -165,7 +173,7 @@ def _print_tables(report: ExtractReport) -> None:
         values.add_row(name, "-" if value is None else escape(str(value)), escape(source))
     print_table(console, values)
 
-    console.print(f"\n[bold]Per GPU rank[/bold]: {escape(_layout(local.tp_size, local.ep_size))}")
+    show(f"\n[bold]Per GPU rank[/bold]: {escape(_layout(local.tp_size, local.ep_size))}")
     per_rank = _table("quantity", "value", "meaning")
     for row in _per_rank_rows(report):
         per_rank.add_row(*(escape(str(cell)) for cell in row))
@@ -211,32 +219,37 @@ def _per_rank_rows(report: ExtractReport) -> list[tuple[str, Any, str]]:
 def _print_engine_facts(console: Any, report: ExtractReport) -> None:
     """What each engine runs (quantization, backend), the file names it reads, the notes."""
     from rich.markup import escape
+    from rich.text import Text
 
+    from moetune.commands.terminal import print_wrapped
     from moetune.extract.report import backend_lines, quant_lines
+
+    def show(markup: str) -> None:
+        print_wrapped(console, Text.from_markup(markup))
 
     quant = quant_lines(report)
     if quant:
-        console.print("\n[bold]Quantization[/bold] (what each engine runs for this checkpoint)")
+        show("\n[bold]Quantization[/bold] (what each engine runs for this checkpoint)")
         for line in quant:
-            console.print(escape(line))
+            show(escape(line))
 
     backends = backend_lines(report)
     if backends:
-        console.print(
+        show(
             "\n[bold]Backend[/bold] (what each engine runs by default for these experts, "
             "from its selection code)"
         )
         for line in backends:
-            console.print(f"  {escape(line)}")
+            show(f"  {escape(line)}")
 
-    console.print(
+    show(
         f"\n[bold]Tuned-config files[/bold] for {escape(report.device.name)} ({report.device.source})"
     )
-    console.print(f"  vLLM    {escape(report.vllm_config_file)}")
-    console.print(f"          read from {VLLM_SEARCH_PATH}")
-    console.print(f"  SGLang  {escape(report.sglang_config_file)}")
-    console.print(f"          read from {escape(report.sglang_config_dir)}")
+    show(f"  vLLM    {escape(report.vllm_config_file)}")
+    show(f"          read from {VLLM_SEARCH_PATH}")
+    show(f"  SGLang  {escape(report.sglang_config_file)}")
+    show(f"          read from {escape(report.sglang_config_dir)}")
     if report.notes:
-        console.print("\n[bold]Notes[/bold]")
+        show("\n[bold]Notes[/bold]")
         for note in report.notes:
-            console.print(f"  - {escape(note)}")
+            show(f"  - {escape(note)}")

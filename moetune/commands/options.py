@@ -32,6 +32,35 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
 CPU_DEVICE_NAME = "cpu"
 
 
+def complete_model(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of --model: the bundled catalog's repo ids, and local paths (a
+    config.json or a model folder; the shell lists them)."""
+    from click.shell_completion import CompletionItem
+
+    from moetune.extract.sources import catalog_models
+
+    ids = [CompletionItem(model) for model in catalog_models() if model.startswith(incomplete)]
+    return [*ids, CompletionItem(incomplete, type="file")]
+
+
+def complete_routing(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of --routing: ``uniform``, or a dump's path."""
+    from click.shell_completion import CompletionItem
+
+    uniform = [CompletionItem("uniform")] if "uniform".startswith(incomplete) else []
+    return [*uniform, CompletionItem(incomplete, type="file")]
+
+
+def complete_vllm_release(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of --vllm-release: the vLLM releases moetune knows."""
+    from click.shell_completion import CompletionItem
+
+    from moetune.engines.installed import RELEASES, version_key
+
+    known = sorted(RELEASES["vllm"], key=version_key)
+    return [CompletionItem(release) for release in known if release.startswith(incomplete)]
+
+
 def mappings_options(command: Callable) -> Callable:
     """Decorate a click command with --mappings and --replace-mappings (a user's registry)."""
     command = click.option(
@@ -116,6 +145,17 @@ class ListParam(click.ParamType):
             )
         items = tuple(self.item.convert(part, param, ctx) for part in parts)
         return tuple(dict.fromkeys(items)) if self.many else items[0]
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+        """The item's completions (a Choice's values); in a list, of the part after the
+        last comma, the parts before it kept."""
+        from click.shell_completion import CompletionItem
+
+        head, comma, last = incomplete.rpartition(",") if self.many else ("", "", incomplete)
+        return [
+            CompletionItem(head + comma + item.value, type=item.type, help=item.help)
+            for item in self.item.shell_complete(ctx, param, last)
+        ]
 
 
 # The largest batch size M `tune` and `benchmark` take: 2^20 tokens in one MoE call, far
@@ -253,7 +293,9 @@ def kernel_option(help: str) -> Callable:
 def vllm_release_option(help: str) -> Callable:
     """--vllm-release X.Y.Z: the vLLM release the vLLM file is for (default: the installed
     vLLM's, else the newest moetune knows: `moetune.engines.vllm.target_release`)."""
-    return click.option("--vllm-release", metavar="X.Y.Z", help=help)
+    return click.option(
+        "--vllm-release", metavar="X.Y.Z", shell_complete=complete_vllm_release, help=help
+    )
 
 
 def compare_dir_option(help: str) -> Callable:
@@ -320,6 +362,7 @@ def model_options(command: Callable | None = None, *, sweep: bool = False) -> Ca
             "--model",
             "-m",
             required=True,
+            shell_complete=complete_model,
             help="Hugging Face repo id, or a path to a config.json or a model folder.",
         ),
         click.option("--revision", help="Hub revision (branch, tag or commit) of the config."),

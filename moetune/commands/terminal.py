@@ -10,6 +10,8 @@ by the commands that print with it.
 
 from __future__ import annotations
 
+import os
+import re
 import textwrap
 from typing import Any
 
@@ -55,3 +57,72 @@ def print_table(console: Any, table: Any) -> None:
         no_color=console.no_color,
         color_system="auto" if console.color_system else None,
     ).print(table)
+
+
+def hanging_indent(line: str, width: int) -> str:
+    """The indent of a wrapped line's continuation: under its second column where the line
+    is aligned in columns (``Shape:       E=...``, ``  vLLM    E=...``: the first run of
+    two or more spaces after its text), else two spaces past the line's own indent."""
+    lead = len(line) - len(line.lstrip(" "))
+    column = re.match(r" *\S+(?: \S+)*? {2,}(?=\S)", line)
+    if column and column.end() <= width // 2:
+        return " " * column.end()
+    label = re.match(r"[A-Z][\w ]{6,12}: (?=\S)", line)  # ``Batch sizes: 1, 2, ...``
+    if label:
+        return " " * label.end()
+    return " " * (lead + 2)
+
+
+def wrap_spans(plain: str, width: int, indent: int) -> list[tuple[int, int]]:
+    """(start, end) of each line of `plain` wrapped at spaces to `width` columns, lines after
+    the first `indent` columns in; a word longer than a line stays whole, on its own."""
+    spans: list[tuple[int, int]] = []
+    start = end = 0
+    for word in re.finditer(r"\S+", plain):
+        margin = indent if spans else 0
+        if end > start and margin + word.end() - start > width:
+            spans.append((start, end))
+            start = word.start()
+        elif end == 0 and not spans:
+            start = 0  # the first line keeps its leading spaces
+        end = word.end()
+    spans.append((start, end))
+    return spans
+
+
+def print_wrapped(console: Any, line: Any, indent: str | None = None) -> None:
+    """Print one line, plain text or a rich `Text`, wrapped at spaces to `console`'s width,
+    names and paths whole; continuation lines start with `indent` (`hanging_indent` when
+    None). No markup is read from a plain string."""
+    from rich.text import Text
+
+    text = line if isinstance(line, Text) else Text(line)
+    if "\n" in text.plain:
+        for part in text.split("\n", allow_blank=True):
+            print_wrapped(console, part, indent)
+        return
+    width = max(console.width, 20)
+    plain = text.plain
+    if len(plain) <= width or not wraps(console):
+        console.print(text, highlight=False, soft_wrap=True)
+        return
+    if indent is None:
+        indent = hanging_indent(plain, width)
+    for number, (start, end) in enumerate(wrap_spans(plain, width, len(indent))):
+        piece = text[start:end]
+        if number:
+            piece = Text(indent) + piece
+        console.print(piece, highlight=False, soft_wrap=True)
+
+
+def wraps(console: Any) -> bool:
+    """Whether `print_wrapped` wraps for `console`: on a terminal, or where $COLUMNS sets a
+    width. Into a pipe or a file with no $COLUMNS (``moetune check | grep``) a line stays
+    one line."""
+    return bool(console.is_terminal or os.environ.get("COLUMNS"))
+
+
+def print_lines(console: Any, lines: Any) -> None:
+    """`print_wrapped` each of `lines` (a plan, a report), each with its hanging indent."""
+    for line in lines:
+        print_wrapped(console, line)

@@ -18,6 +18,7 @@ from moetune.commands.options import (
     batch_sizes_of,
     check_gpu_visible,
     compare_dir_option,
+    complete_routing,
     default_compile_workers,
     engine_option,
     flag_worded,
@@ -31,7 +32,7 @@ from moetune.commands.options import (
     vllm_release_option,
     worker_devices,
 )
-from moetune.commands.terminal import print_table, say
+from moetune.commands.terminal import print_lines, print_table, say
 from moetune.commands.texts import FLOOR_HELP, SEARCH_HELP
 from moetune.engines.launch import KERNEL_HELP
 from moetune.tune.confirm import DEFAULT_ROUNDS
@@ -98,6 +99,7 @@ SEARCHES = ("fast", "thorough", "exhaustive")
 @click.option(
     "--routing",
     default="uniform",
+    shell_complete=complete_routing,
     show_default=True,
     help="uniform: random routing; or PATH: a dump of real topk_ids to replay "
     "(SGLang's --topk-ids-dir folder, or a [tokens, top_k] .pt/.npy; see docs/routing.md).",
@@ -351,12 +353,11 @@ def _print_plan(sweep, notes, targets, out, err, *, json_: bool) -> None:  # noq
     if not json_:
         for note in notes:
             say(err, f"Note: {note}")
-    for line in sweep_lines(sweep, compare=lambda plan: _compare_line(plan.request)):
-        out.print(line, markup=False, soft_wrap=True)
-    for target in targets:
-        out.print(
-            f"Install:     {target.engine} -> {target.folder} ({target.source})", markup=False
-        )
+    print_lines(out, sweep_lines(sweep, compare=lambda plan: _compare_line(plan.request)))
+    print_lines(
+        out,
+        (f"Install:     {t.engine} -> {t.folder} ({t.source})" for t in targets),
+    )
 
 
 def _print_results(result, checked, notes, out, options, *, json_: bool) -> None:  # noqa: ANN001

@@ -85,7 +85,7 @@ def is_vllm_table(path: Path) -> bool:
     """Whether the tuned file at `path` is vLLM's: it opens with a ``"triton_version"`` key
     (as `moetune.engines.tables.definition_for` tells the engines apart)."""
     try:
-        payload = parse_json(read_input_bytes(path), str(path))
+        payload = parse_json(read_input_bytes(path), str(path))  # a FIFO or /dev/zero: refused
     except (OSError, TunedConfigError):
         return False  # read_table says why
     return isinstance(payload, dict) and VERSION_KEY in payload

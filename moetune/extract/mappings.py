@@ -173,6 +173,16 @@ def unknown_architecture_message(
         if part
     )
     message = f"unknown {what or 'architecture (config has no architectures or model_type)'}"
+    named = bool(architecture or model_type)
+    if named and missing and "num_experts" in missing and not _names_experts(config):
+        # A dense model (a Llama) has no experts to tune: say so before suggesting an entry.
+        entry = _suggested_entry(architecture, model_type, found)
+        return (
+            f"{message}: this config has no MoE fields (none of {', '.join(missing)}, nor "
+            "any key with 'expert' or 'moe' in its name): it may be a dense model, which has no fused-MoE "
+            "kernel to tune; if it is an MoE model, add a mapping (docs/mappings.md), an "
+            f"entry in moe_mappings.yaml (or a --mappings file): {entry}"
+        )
     if missing:
         message += f": the generic guess found no {', '.join(missing)}"
     known = sorted(
@@ -184,21 +194,47 @@ def unknown_architecture_message(
             close += [c for c in difflib.get_close_matches(name, known, n=3) if c not in close]
     if close:
         message += f"; close matches: {', '.join(close)}"
-    name = re.sub(r"[^a-z0-9_.]", "_", (model_type or architecture or "").lower()) or "my_moe"
+    name = _entry_name(architecture, model_type)
+    add = "add an entry to moe_mappings.yaml (or a --mappings file)"
+    if not named:  # nothing an entry could match on
+        add = f'add "model_type": "{name}" to the config, and an entry ' + add.removeprefix(
+            "add an entry "
+        )
+    return f"{message}; {add}: {_suggested_entry(architecture, model_type, found)}"
+
+
+def _entry_name(architecture: str | None, model_type: str | None) -> str:
+    return re.sub(r"[^a-z0-9_.]", "_", (model_type or architecture or "").lower()) or "my_moe"
+
+
+def _suggested_entry(
+    architecture: str | None, model_type: str | None, found: dict[str, str] | None
+) -> str:
+    """The registry entry to add, as one line of YAML: the parameters the generic guess
+    resolved (`found`) filled in, the others as <path>."""
+    name = _entry_name(architecture, model_type)
     keys = [f"name: {name}"]
     if architecture:
         keys.append(f"architectures: [{_flow_scalar(architecture)}]")
     if model_type:
         keys.append(f"model_types: [{_flow_scalar(model_type)}]")
-    add = "add an entry to moe_mappings.yaml (or a --mappings file)"
-    if not (architecture or model_type):  # nothing an entry could match on
+    if not (architecture or model_type):
         keys.append(f"model_types: [{name}]")
-        add = f'add "model_type": "{name}" to the config, and an entry ' + add.removeprefix(
-            "add an entry "
-        )
     params = ", ".join(f"{p}: {(found or {}).get(p, '<path>')}" for p in REQUIRED_PARAMS)
-    entry = f"{{{', '.join(keys)}, params: {{{params}}}}}"
-    return f"{message}; {add}: {entry}"
+    return f"{{{', '.join(keys)}, params: {{{params}}}}}"
+
+
+def _names_experts(config: Any) -> bool:
+    """Whether any key of `config`, at any depth, is named like an MoE field (*expert*,
+    *moe*): a config without one is likely a dense model's."""
+    if isinstance(config, dict):
+        return any(
+            "expert" in str(key).lower() or "moe" in str(key).lower() or _names_experts(value)
+            for key, value in config.items()
+        )
+    if isinstance(config, list):
+        return any(_names_experts(item) for item in config)
+    return False
 
 
 def _flow_scalar(text: str) -> str:
@@ -252,25 +288,50 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
-def _anchor_line(text: str) -> int | None:
-    """The 1-based line of the first YAML anchor or alias in `text`, or None."""
+def _anchor_mark(text: str) -> Any:
+    """The parser's mark (0-based line and column) of the first YAML anchor or alias in
+    `text`, or None."""
     if "&" not in text and "*" not in text:  # an anchor needs a '&', an alias a '*'
         return None
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            return event.start_mark.line + 1
+            return event.start_mark
     return None
 
 
 class PlainYamlError(ValueError):
-    """Why a text is not one plain YAML document: the `problem`, its 1-based `line` (or
-    None), and whether it is an anchor or alias (`alias`)."""
+    """Why a text is not one plain YAML document: the `problem`, its 1-based `line` and
+    `column` (or None), and whether it is an anchor or alias (`alias`)."""
 
-    def __init__(self, problem: str, line: int | None = None, *, alias: bool = False) -> None:
+    def __init__(
+        self,
+        problem: str,
+        line: int | None = None,
+        *,
+        column: int | None = None,
+        alias: bool = False,
+    ) -> None:
         super().__init__(problem)
         self.problem = problem
         self.line = line
+        self.column = column
         self.alias = alias
+
+    @classmethod
+    def at(cls, problem: str, mark: Any, *, alias: bool = False) -> PlainYamlError:
+        """The error at a YAML parser's `mark` (0-based line and column), if there is one."""
+        if mark is None:
+            return cls(problem, alias=alias)
+        return cls(problem, mark.line + 1, column=mark.column + 1, alias=alias)
+
+    def place(self, path: Any) -> str:
+        """Where in file `path` the problem is, as compilers and editors write it:
+        ``path:line:column``, else ``path, line N``, else the path alone."""
+        if self.line is None:
+            return str(path)
+        if self.column is None:
+            return f"{path}, line {self.line}"
+        return f"{path}:{self.line}:{self.column}"
 
 
 @contextmanager
@@ -295,9 +356,11 @@ def parse_plain_yaml(text: str) -> tuple[Any, Any]:
     """
     with _gc_paused():
         try:
-            line = _anchor_line(text)
-            if line is not None:
-                raise PlainYamlError("YAML anchors and aliases are not allowed", line, alias=True)
+            mark = _anchor_mark(text)
+            if mark is not None:
+                raise PlainYamlError.at(
+                    "YAML anchors and aliases are not allowed", mark, alias=True
+                )
             loader = _LOADER(text)
             try:
                 node = loader.get_single_node()
@@ -307,10 +370,9 @@ def parse_plain_yaml(text: str) -> tuple[Any, Any]:
         except PlainYamlError:
             raise
         except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
             problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-            line = mark.line + 1 if mark is not None else None
-            raise PlainYamlError(f"malformed YAML ({problem})", line) from None
+            mark = exc.problem_mark or exc.context_mark
+            raise PlainYamlError.at(f"malformed YAML ({problem})", mark) from None
         except yaml.YAMLError as exc:
             raise PlainYamlError(f"malformed YAML ({_first_line(str(exc))})") from None
         except RecursionError:
@@ -341,7 +403,7 @@ def _read(path: str) -> tuple[Any, Any, list[str]]:
     try:
         node, data = parse_plain_yaml(text)
     except PlainYamlError as exc:
-        where = f"{path}, line {exc.line}" if exc.line is not None else path
+        where = exc.place(path)
         if exc.alias:
             return failed(
                 f"{where}: YAML anchors and aliases are not allowed in a mappings "

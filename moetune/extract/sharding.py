@@ -99,6 +99,7 @@ def shard(
             f"{split} cannot split the expert intermediate size {shape.intermediate_size} "
             f"{moe_tp} ways{block}; valid {choice}: "
             f"{_valid_sizes(lambda n: _intermediate_ok(shape, n))}"
+            + (_expert_parallel_hint(shape, tp) if ep_ranks == 1 else "")
         )
 
     return ShardedShape(
@@ -110,6 +111,25 @@ def shard(
         ep_size=ep_ranks,
         global_experts=experts,
     )
+
+
+def _expert_parallel_hint(shape: MoEShape, tp: int) -> str:
+    """Where plain --tp `tp` cannot split the intermediate size, the expert-parallel layouts
+    of the same `tp` ranks that can: vLLM's --ep, SGLang's --ep-size (or "" if none can)."""
+    experts = shape.num_experts
+    ep_sizes = [
+        size
+        for size in range(2, tp + 1)
+        if tp % size == 0 and experts % size == 0 and _intermediate_ok(shape, tp // size)
+    ]
+    if not ep_sizes:
+        return ""
+    layouts = []
+    if tp in ep_sizes:
+        layouts.append(f"--ep (vLLM: {experts // tp} whole experts per rank)")
+    sizes = ", ".join(map(str, ep_sizes[:-1])) + (" or " if len(ep_sizes) > 1 else "")
+    layouts.append(f"--ep-size {sizes}{ep_sizes[-1]} (SGLang)")
+    return f"; or keep --tp {tp} with expert parallelism: {' or '.join(layouts)}"
 
 
 def fewer_experts_note(local: ShardedShape) -> str | None:

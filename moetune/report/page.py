@@ -18,22 +18,37 @@ from moetune.engines.formats import engine_label
 from moetune.fileio import atomic_write_bytes, atomic_write_text, refuse_links_under
 from moetune.report import plots
 from moetune.report.data import Comparison, Report, ShapeReport
-from moetune.report.text import config_text, headline, origin_line, percent, times, us
+from moetune.report.text import (
+    CPU_WARNING,
+    config_text,
+    cpu_warning,
+    headline,
+    origin_line,
+    percent,
+    timed_on_cpu,
+    times,
+    us,
+)
 
 PAGE_NAME = "index.html"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 110em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
-.side { display: flex; flex-wrap: wrap; gap: 1.5em; align-items: flex-start; }
+.side { display: grid; grid-template-columns: minmax(0, 36em) minmax(0, 1fr); gap: 1.5em;
+  align-items: start; }
+.plots { display: flex; flex-direction: column; gap: 1em; }
+.tables { overflow-x: auto; position: sticky; top: 0.5em; }
+@media (max-width: 70em) { .side { grid-template-columns: minmax(0, 1fr); } }
 figure { margin: 0; }
-figure img { max-width: 700px; width: 100%; border: 1px solid #eee; }
+figure img { width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; }
-table { border-collapse: collapse; font-size: 0.85em; }
+table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.2em 0.5em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f4f4f4; }
 .missing li { color: #8a4b00; }
 .hint { background: #fff6d6; padding: 0.5em; }
+.warning { background: #ffe0e0; border: 2px solid #c00; padding: 0.6em 1em; font-size: 1.1em; }
 """
 
 
@@ -163,13 +178,54 @@ def shape_table(shape: ShapeReport, index: int) -> str:
     )
 
 
-def shape_section(shape: ShapeReport, index: int, section: list[Plot]) -> str:
+def section_headings(shapes: list[ShapeReport]) -> list[str]:
+    """Each shape's heading, distinct: the title (problem key, device, Triton), then, where
+    two shapes share it, what tells them apart (the kernel timed, the engines written
+    for, the save dir), else their number."""
+    titles = [shape.title for shape in shapes]
+    headings = list(titles)
+    for title in set(titles):
+        same = [i for i, t in enumerate(titles) if t == title]
+        if len(same) < 2:
+            continue
+        telling = [
+            part
+            for part in (
+                lambda s: s.kernel,
+                lambda s: "files for " + " and ".join(map(engine_label, s.engines)),
+                lambda s: f"save dir {s.name}",
+            )
+            if len({part(shapes[i]) for i in same}) > 1
+        ]
+        for number, i in enumerate(same, start=1):
+            what = ", ".join(part(shapes[i]) for part in telling) or f"#{number}"
+            headings[i] = f"{title} ({what})"
+    return headings
+
+
+def _figures_and_table(section: list[Plot], table: str) -> str:
+    """The plots in a column, the table beside them (below on a narrow page)."""
+    return (
+        f'<div class="side"><div class="plots">{_figures(section)}</div>'
+        f'<div class="tables">{table}</div></div>'
+    )
+
+
+def shape_section(
+    shape: ShapeReport, index: int, section: list[Plot], heading: str | None = None
+) -> str:
     counts = shape.measurements
     parts = [
         f'<section class="shape" id="shape-{index}">',
-        f"<h2>{escape(shape.title)}</h2>",
+        f"<h2>{escape(heading or shape.title)}</h2>",
         f'<p class="origin">{escape(shape.name)}: {escape(origin_line(shape))}</p>',
-        f'<div class="side">{_figures(section)}{shape_table(shape, index)}</div>',
+    ]
+    if timed_on_cpu(shape.device_name):
+        parts.append(
+            f'<p class="warning">{escape(CPU_WARNING.format(devices=shape.device_name))}</p>'
+        )
+    parts += [
+        _figures_and_table(section, shape_table(shape, index)),
         f'<p class="headline">{escape(headline(shape))}</p>',
         *_confirmation_line(shape),
         _list("sources", [f"{b.label}: {b.source}" for b in shape.baselines]),
@@ -246,7 +302,7 @@ def comparison_section(comparison: Comparison, index: int, section: list[Plot]) 
         f"<p>Tuned time per batch size; the ratio is the time over {escape(labels[0])}'s "
         "(below 1 is faster).</p>"
         f"{_list('members', members)}"
-        f'<div class="side">{_figures(section)}{comparison_table(comparison, index)}</div>'
+        f"{_figures_and_table(section, comparison_table(comparison, index))}"
         "</section>"
     )
 
@@ -267,12 +323,16 @@ def render_page(report: Report, made: dict[str, list[Plot]], skipped: str | None
         '<table class="dirs"><thead><tr><th>save dir</th><th>shapes</th></tr></thead>'
         f"<tbody>{''.join(dirs)}</tbody></table>",
     ]
+    warning = cpu_warning(report)
+    if warning:
+        body.insert(1, f'<p class="warning" id="cpu-warning" role="alert">{escape(warning)}</p>')
     if skipped:
         body.append(f'<p class="hint">{escape(skipped)}</p>')
     if report.diagnostics:
         body += ["<p>While reading:</p>", _list("diagnostics", report.diagnostics)]
-    for index, shape in enumerate(report.shapes, start=1):
-        body.append(shape_section(shape, index, made.get(f"shape-{index}", [])))
+    headings = section_headings(report.shapes)
+    for index, (shape, heading) in enumerate(zip(report.shapes, headings, strict=True), start=1):
+        body.append(shape_section(shape, index, made.get(f"shape-{index}", []), heading))
     for index, comparison in enumerate(report.comparisons, start=1):
         body.append(comparison_section(comparison, index, made.get(f"compare-{index}", [])))
     title = "moetune report: " + ", ".join(sorted({s.problem_key for s in report.shapes}))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import math
 from typing import Any
 
 from moetune.engines.formats import engine_label
@@ -32,12 +33,39 @@ def available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
+# A plot's size in inches and its text sizes in points. The page shows a plot about 36em
+# (some 580 px) wide beside its table, near its natural 576 px (6.4 in at 90 dpi), so its
+# text reads at about the size of the page's own.
+FIGURE_SIZE = (6.4, 4.2)
+FIGURE_DPI = 90
+TITLE_SIZE = 11
+LABEL_SIZE = 10
+TICK_SIZE = 10
+LEGEND_SIZE = 9
+# Tick labels on the log2 batch-size axis closer than this (in doublings) to the last one
+# labelled are left out: 24 beside 16 and 32 would collide when set upright.
+TICK_LABEL_SPACING = 0.9
+
+
+def tick_labels(batch_sizes: list[int]) -> list[str]:
+    """A label for each batch size, "" where it would crowd the one labelled before it on a
+    log2 axis (every batch size keeps its tick)."""
+    labels, last = [], None
+    for m in batch_sizes:
+        if last is None or math.log2(m) - math.log2(last) >= TICK_LABEL_SPACING:
+            labels.append(str(m))
+            last = m
+        else:
+            labels.append("")
+    return labels
+
+
 def _figure(title: str) -> tuple[Any, Any]:
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(7.0, 4.6), dpi=100, layout="constrained")
+    figure = Figure(figsize=FIGURE_SIZE, dpi=FIGURE_DPI, layout="constrained")
     axes = figure.add_subplot()
-    axes.set_title(title, fontsize=9)
+    axes.set_title(title, fontsize=TITLE_SIZE)
     return figure, axes
 
 
@@ -45,18 +73,18 @@ def _finish(figure: Any, axes: Any, batch_sizes: list[int], *, log_y: bool = Tru
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     axes.set_xscale("log", base=2)
-    axes.set_xticks(batch_sizes, [str(m) for m in batch_sizes], fontsize=7, rotation=45)
+    axes.set_xticks(batch_sizes, tick_labels(batch_sizes), fontsize=TICK_SIZE)
     axes.xaxis.set_minor_formatter(NullFormatter())
     if log_y:
         axes.set_yscale("log")
         axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axes.yaxis.set_major_formatter(ScalarFormatter())
         axes.yaxis.set_minor_formatter(NullFormatter())
-        axes.set_ylabel("time per fused-MoE call (us)")
-    axes.tick_params(axis="y", which="both", labelsize=7)
-    axes.set_xlabel("batch size M (tokens)")
+        axes.set_ylabel("time per fused-MoE call (us)", fontsize=LABEL_SIZE)
+    axes.tick_params(axis="y", which="both", labelsize=TICK_SIZE)
+    axes.set_xlabel("batch size M (tokens)", fontsize=LABEL_SIZE)
     axes.grid(True, which="major", alpha=0.3)
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=LEGEND_SIZE)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()
@@ -81,10 +109,19 @@ def error_bars(
     return [m for m, _, _ in kept], [v for _, v, _ in kept], [below, above]
 
 
+def _shape_title(shape: ShapeReport, what: str) -> str:
+    """A plot's title in short lines (a long problem key on one line runs off the plot):
+    the shape, the kernel and machine it was timed on, and what the plot shows."""
+    return (
+        f"{shape.shape_key}\n{shape.kernel}, {shape.device_name}, Triton "
+        f"{shape.triton_version}\n{shape.name}: {what}"
+    )
+
+
 def shape_plot(shape: ShapeReport, engine: str | None) -> bytes:
     """The tuned config against `engine`'s baselines (None: all) and the floor, as PNG."""
     which = engine_label(engine, "all engines")
-    figure, axes = _figure(f"{shape.title}\n{shape.name}: {which}")
+    figure, axes = _figure(_shape_title(shape, which))
     ms = [row.batch_size for row in shape.rows]
     x, y, yerr = error_bars([(r.batch_size, r.latency_us, r.latency_interval) for r in shape.rows])
     axes.errorbar(
@@ -117,7 +154,7 @@ def speedup_plot(shape: ShapeReport, engine: str | None) -> bytes:
     """Speedup of the written file over each of `engine`'s baselines (None: all) per batch
     size, on a linear axis around 1, with the confirmation's intervals as error bars."""
     which = engine_label(engine, "all engines")
-    figure, axes = _figure(f"{shape.title}\n{shape.name}: {which}, speedup")
+    figure, axes = _figure(_shape_title(shape, f"{which}, speedup"))
     ms = [row.batch_size for row in shape.rows]
     axes.axhline(1.0, color="0.4", linewidth=1, linestyle=":")
     for index, baseline in enumerate(shape.baselines_of(engine), start=1):
@@ -133,7 +170,7 @@ def speedup_plot(shape: ShapeReport, engine: str | None) -> bytes:
             capsize=2, label=f"over the {baseline.label}",
         )  # fmt: skip
     confirmed = "confirmed, 95 % interval" if shape.confirmation else "the search's timings"
-    axes.set_ylabel(f"speedup of the written file ({confirmed})")
+    axes.set_ylabel(f"speedup of the written file ({confirmed})", fontsize=LABEL_SIZE)
     return _finish(figure, axes, ms, log_y=False)
 
 

@@ -125,9 +125,33 @@ def comparison_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
+# The device name of a tune timed on the CPU under the Triton interpreter (its plans and
+# files say "cpu"; moetune.commands.options.CPU_DEVICE_NAME).
+CPU_DEVICE = "cpu"
+CPU_WARNING = (
+    "Timed on the CPU under the Triton interpreter (TRITON_INTERPRET=1, device {devices}): "
+    "these times and speedups test moetune's pipeline only and say nothing about any GPU. "
+    "Tune on the GPU you serve with for numbers that mean something."
+)
+
+
+def timed_on_cpu(device_name: str) -> bool:
+    """Whether a shape's times come from the CPU (the interpreter), not a GPU."""
+    return device_name.strip().lower() == CPU_DEVICE
+
+
+def cpu_warning(report: Report) -> str | None:
+    """`CPU_WARNING` where some shape of `report` was timed on the CPU, else None."""
+    on_cpu = sorted({s.device_name for s in report.shapes if timed_on_cpu(s.device_name)})
+    return CPU_WARNING.format(devices=", ".join(on_cpu)) if on_cpu else None
+
+
 def report_lines(report: Report) -> list[str]:
-    """Every shape's table, then every comparison's, a blank line between them."""
-    blocks = [shape_lines(shape) for shape in report.shapes]
+    """Every shape's table, then every comparison's, a blank line between them; first, the
+    warning of a report timed on the CPU."""
+    warning = cpu_warning(report)
+    blocks = [[f"Warning: {warning}"]] if warning else []
+    blocks += [shape_lines(shape) for shape in report.shapes]
     blocks += [comparison_lines(c) for c in report.comparisons]
     lines: list[str] = []
     for block in blocks:

@@ -252,8 +252,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
         f"Device:      {request.device_name}, Triton {request.triton_version}, "
         f"pruned for {plan.limits.name}",
         f"Kernel:      {kernel_description(problem)}",
-        f"Search:      {request.search} over {len(request.space)} candidates "
-        f"({request.space_source})",
+        _search_line(plan),
         *_seeded_lines(plan),
         f"Batch sizes: {', '.join(map(str, request.batch_sizes))}",
         "Candidates after pruning (removed per rule):",
@@ -270,6 +269,23 @@ def plan_lines(plan: TunePlan) -> list[str]:
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
     return lines
+
+
+def _search_line(plan: TunePlan) -> str:
+    """What the search starts from: the space, and the swapped fp8 kernel's 8-row twins
+    (`swap_ab_candidates`) where pruning starts from more, so the removal counts of each
+    batch size add up to the number stated here."""
+    request = plan.request
+    given = len(request.space)
+    report = next(iter(plan.pruning.values()))
+    pruned_from = len(report.kept) + report.total_removed
+    line = f"Search:      {request.search} over {pruned_from} candidates ({request.space_source}"
+    if pruned_from == given:
+        return line + ")"
+    return (
+        f"{line}: {given}, and {pruned_from - given} BLOCK_SIZE_M=8 twins of its 16-row "
+        "tiles for the fp8 kernel that swaps A and B)"
+    )
 
 
 def _confirm_lines(rounds: int) -> list[str]:

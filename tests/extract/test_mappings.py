@@ -86,7 +86,7 @@ def test_no_architecture_claimed_twice():
 def test_malformed_yaml_names_file_and_line(write):
     path = write("version: 1\nentries:\n  - name: x\n    params: {a: [b\n")
     assert validate_file(path) == [
-        f"{path}, line 5: malformed YAML (while parsing a flow sequence did not find expected ',' or ']')"
+        f"{path}:5:1: malformed YAML (while parsing a flow sequence did not find expected ',' or ']')"
     ]
     with pytest.raises(InvalidMappingsError) as exc:
         load_registry(path)

@@ -90,7 +90,9 @@ def test_fp8_block_must_still_tile_the_local_intermediate():
         shard(DEEPSEEK_V3, tp=32)
     assert str(exc.value) == (
         "--tp 32 cannot split the expert intermediate size 2048 32 ways into multiples of "
-        "the fp8 weight block [128, 128]; valid --tp: 1, 2, 4, 8, 16"
+        "the fp8 weight block [128, 128]; valid --tp: 1, 2, 4, 8, 16; or keep --tp 32 with "
+        "expert parallelism: --ep (vLLM: 8 whole experts per rank) or --ep-size 2, 4, 8, 16 "
+        "or 32 (SGLang)"
     )
     assert shard(DEEPSEEK_V3, tp=16).intermediate_size == 128
 

@@ -122,8 +122,8 @@ def test_load_space_accepts_a_json_list_of_configs(tmp_path):
             "42\n",
             "expected a mapping of parameter -> values or a list of configs, got int",
         ),
-        ("s.json", "{oops", "is not valid json"),
-        ("s.yaml", "a: [1\n", "is not valid yaml"),
+        ("s.json", "{oops", "s.json:1:2: malformed JSON (Expecting property name"),
+        ("s.yaml", "a: [1\n", "s.yaml:2:1: malformed YAML (while parsing a flow sequence"),
     ],
 )
 def test_load_space_errors_name_the_file(tmp_path, name, text, message):

@@ -109,13 +109,17 @@ def _read_space_file(source: Path) -> Any:
             return json.loads(text)
         return parse_plain_yaml(text)[1]
     except PlainYamlError as exc:
-        where = f"search space {source}" + (f", line {exc.line}" if exc.line else "")
+        where = f"search space {exc.place(source)}"
         if exc.alias:
             raise TuneError(
                 f"{where}: YAML anchors and aliases are not allowed in a search space "
                 "(an alias can expand without bound); write the values out"
             ) from None
-        raise TuneError(f"{where} is not valid {language}: {exc.problem}") from None
+        raise TuneError(f"{where}: {exc.problem}") from None
+    except json.JSONDecodeError as exc:
+        raise TuneError(
+            f"search space {source}:{exc.lineno}:{exc.colno}: malformed JSON ({exc.msg})"
+        ) from None
     except RecursionError:
         raise TuneError(
             f"search space {source} is not valid {language}: nested too deeply"
@@ -189,7 +193,10 @@ def _check_space_schema(data: Any) -> None:
         for i, step in enumerate(error.absolute_path)
     )
     described = error.schema.get("description") if isinstance(error.schema, dict) else None
-    if error.validator in ("enum", "type", "minimum", "maximum") and described:
+    whole = _integral_non_integer(error.instance)
+    if whole is not None:
+        problem = f"{json.dumps(error.instance)} must be an integer: write {whole}"
+    elif error.validator in ("enum", "type", "minimum", "maximum") and described:
         problem = f"{json.dumps(error.instance)} is not {described}"
     elif error.validator == "additionalProperties":
         unknown = sorted(map(str, set(error.instance) - set(PARAM_NAMES)))
@@ -204,6 +211,16 @@ def _check_space_schema(data: Any) -> None:
     if len(problem) > 160:
         problem = problem[:157] + "..."
     raise TuneError(f"{where + ': ' if where else ''}{problem} (see docs/search-space.md)")
+
+
+def _integral_non_integer(value: Any) -> int | None:
+    """The integer that a float or string such as ``64.0`` or ``"64"`` writes, else None:
+    the schema wants integers, so such a value is refused for its type, not its number."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value)
+    return None
 
 
 def _space_schema() -> dict[str, Any]:
