@@ -6,8 +6,11 @@ fp16 (`moetune.kernel.launch_rules.ComputeRule`, each release module's ``COMPUTE
 twin of vLLM's kernel follows vLLM: its fp16 outputs are bf16 values. The launches are
 compared on meta tensors (the constexprs that make the compiled kernel); the numbers run
 under Triton's interpreter on the CPU (bf16's quirks there are the kernel's to work
-around), against the reference, which rounds where the kernel rounds.
+around), against the reference, which rounds where the kernel rounds; on a GPU
+(MOETUNE_GPU_TESTS=1) compiled.
 """
+
+import os
 
 import pytest
 import torch
@@ -22,6 +25,8 @@ from moetune.kernel.naive import naive_fused_moe
 from moetune.kernel.problem import make_problem
 from moetune.tune.measure.verify import compare
 
+GPU = os.environ.get("MOETUNE_GPU_TESTS") == "1"
+DEVICE = "cuda" if GPU else "cpu"
 CONFIG = dict(
     BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1, num_warps=4, num_stages=2
 )
@@ -142,14 +147,15 @@ def on_bf16_grid(values: torch.Tensor) -> bool:
 def test_the_vllm_twin_stores_bf16_values_in_fp16_and_the_sglang_twin_fp16_ones(quant):
     dtype, block_shape, per_channel = quant
     p = make_problem(
-        24, 4, 64, 64, 2, dtype, block_shape, device="cpu", seed=7, per_channel=per_channel,
+        24, 4, 64, 64, 2, dtype, block_shape, device=DEVICE, seed=7, per_channel=per_channel,
         checkpoint_dtype="float16",
     )  # fmt: skip
     assert p.x.dtype == torch.float16
     from moetune.kernel.fused_moe import quantize_activation
 
     a, a_scale = quantize_activation(p.x, p.quant)
-    ids = torch.randint(0, 4, (24, 2), generator=torch.Generator().manual_seed(1)).to(torch.int32)
+    ids = torch.randint(0, 4, (24, 2), generator=torch.Generator().manual_seed(1))
+    ids = ids.to(torch.int32).to(DEVICE)
     sorted_ids, expert_ids, post_padded = align_block_size(ids, CONFIG["BLOCK_SIZE_M"], 4)
     launch = dict(
         a_scale=a_scale, w_scale=p.quant.w1_scale, topk_weights=None,
@@ -157,9 +163,9 @@ def test_the_vllm_twin_stores_bf16_values_in_fp16_and_the_sglang_twin_fp16_ones(
         mul_routed_weight=False, top_k=2, config=dict(CONFIG), quant_dtype=dtype,
         block_shape=block_shape, per_channel=per_channel,
     )  # fmt: skip
-    vllm_out = torch.zeros(48, 128, dtype=torch.float16)
+    vllm_out = torch.zeros(48, 128, dtype=torch.float16, device=DEVICE)
     twin.invoke_fused_moe_gemm(a, p.w1, vllm_out, **launch)
-    sglang_out = torch.zeros(48, 128, dtype=torch.float16)
+    sglang_out = torch.zeros(48, 128, dtype=torch.float16, device=DEVICE)
     EngineGemm(twin_ref("sglang"))(a, p.w1, sglang_out, **launch)
     assert vllm_out.abs().sum() > 0 and on_bf16_grid(vllm_out)
     assert not on_bf16_grid(sglang_out)
@@ -171,7 +177,7 @@ def test_the_vllm_twin_stores_bf16_values_in_fp16_and_the_sglang_twin_fp16_ones(
 def test_an_fp16_checkpoints_w8a8_layer_matches_the_reference_on_both_twins(quant):
     dtype, block_shape, per_channel = quant
     p = make_problem(
-        17, 4, 32, 64, 2, dtype, block_shape, device="cpu", seed=3, per_channel=per_channel,
+        17, 4, 32, 64, 2, dtype, block_shape, device=DEVICE, seed=3, per_channel=per_channel,
         checkpoint_dtype="float16",
     )  # fmt: skip
     args = (p.x, p.w1, p.w2, p.router_logits, 2)
