@@ -28,7 +28,9 @@ bench/results/2026-12-02-sass-vllm033/). vLLM 0.34.0's kernel, launched as 0.34 
 (`moetune.engines.launch.vllm_0_34`), compiles to the same SASS on fp16, bf16 (down GEMM),
 fp8 per tensor and per channel, int8 and block fp8 with BLOCK_SIZE_N 256 (Triton 3.9, sm_90a,
 2026-12-05); it differs on block fp8 only: TMA-B (sm90/sm100) and one weight scale per tile
-where BLOCK_SIZE_N divides the block, which Triton 3.9 does not compile. vLLM's launch semantics:
+where BLOCK_SIZE_N divides the block, which Triton 3.9 does not compile. An fp16 checkpoint's
+w8a8 GEMMs (bf16 compute, fp16 C) compile to 0.34.0's SASS too, on fp8 per tensor, per channel,
+block (BLOCK_SIZE_N 256) and int8 (bench/results/2026-12-05-sass-fp16-w8a8/). vLLM's launch semantics:
 
 - naive assignment (``sorted_token_ids`` None, ``NAIVE_BLOCK_ASSIGNMENT``): no
   alignment; block ``i`` is slot ``i`` (row 0 of the block, the other rows padding),
