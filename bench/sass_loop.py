@@ -22,6 +22,9 @@ runtime arguments of the two launches must specialize alike. `--path` picks the
 quantization (bf16, fp16, fp8-tensor, fp8-channel, fp8-block, int8-channel, int8-w8a16,
 or all), `--down` the down GEMM (routed weights, top_k 1); configs are
 BM/BN/BK/GROUP_M/warps/stages. Results: bench/results/2026-12-02-sass-vllm033/.
+``--vllm-release 0.34.0`` compares vLLM 0.34's kernel (its ``fused_moe.py`` as `--vllm-ref`),
+launched by `moetune.engines.launch.vllm_0_34`; ``--checkpoint fp16`` stores into fp16, as
+an fp16 checkpoint's GEMMs do (w8a8 still computes in bf16 on vLLM).
 
     PYTHONPATH=/tmp/t36:$PWD python bench/sass_loop.py --path fp8-block --M 256 \
         --vllm-ref /work/engines/src/vllm/model_executor/layers/fused_moe/fused_moe.py \
@@ -111,6 +114,7 @@ def gemm_launch(
     shape: str | None = None,
     aligned: bool = False,
     tma: str = "",
+    checkpoint: str = "bf16",
 ) -> dict:
     """The keyword arguments of one GEMM launch (`invoke_fused_moe_gemm`'s), on meta tensors.
 
@@ -119,6 +123,7 @@ def gemm_launch(
     assignment unless `aligned` (SGLang always aligns). `tma`: SGLang's TMA flags, ``w``
     (B through a descriptor), ``c`` (up GEMM: C at the sorted positions), ``a`` (down
     GEMM: A, and its scales, at the sorted positions, read through a descriptor).
+    `checkpoint` "fp16": C (and w8a16's A) in fp16, an fp16 checkpoint's buffers.
     """
     import torch
 
@@ -134,7 +139,7 @@ def gemm_launch(
     if "a" in tma:
         rows = padded
     meta = dict(device="meta")
-    compute = torch.float16 if kind == "fp16" else torch.bfloat16
+    compute = torch.float16 if "fp16" in (kind, checkpoint) else torch.bfloat16
     element = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}.get(kind, compute)
     a = torch.empty(rows, inner, dtype=element, **meta)
     w = torch.empty(experts, outer, inner, dtype=torch.int8 if kind == "w8a16" else element, **meta)
@@ -187,15 +192,24 @@ class _Capture:
         return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
 
 
-def captured_launches(path: str, config: dict, *, down: bool, M: int) -> dict:
-    """{"vllm": (grid, args, kwargs), "moetune": ...}: what each launcher passes its kernel."""
+def captured_launches(
+    path: str,
+    config: dict,
+    *,
+    down: bool,
+    M: int,
+    checkpoint: str = "bf16",
+    release: str = "0.33.0",
+) -> dict:
+    """{"vllm": (grid, args, kwargs), "moetune": ...}: what each launcher passes its kernel
+    (vLLM's: `release`'s launch module)."""
     import moetune.kernel.fused_moe_kernel as twin
-    from moetune.engines.launch import vllm_0_33
+    from moetune.engines.launch import release_module
     from moetune.engines.launch.common import GemmCall
 
-    launch = gemm_launch(path, config, down=down, M=M)
+    launch = gemm_launch(path, config, down=down, M=M, checkpoint=checkpoint)
     vllm = _Capture()
-    vllm_0_33.launch(vllm, GemmCall(**launch), capability=SM90)
+    release_module("vllm", release).launch(vllm, GemmCall(**launch), capability=SM90)
     kernel, capability = twin.fused_moe_kernel, twin.device_capability
     twin.fused_moe_kernel, twin.device_capability = _Capture(), lambda tensor: SM90
     try:
@@ -437,6 +451,18 @@ def main(argv=None) -> int:
         help="SGLang mode: the negative controls (SGLANG_CONTROLS), which must differ",
     )
     parser.add_argument("--json", help="SGLang mode: write one JSON record per comparison")
+    parser.add_argument(
+        "--checkpoint",
+        default="bf16",
+        choices=["bf16", "fp16"],
+        help="the checkpoint's dtype: fp16 stores fp16 (vLLM computes w8a8 in bf16 still)",
+    )
+    parser.add_argument(
+        "--vllm-release",
+        default="0.33.0",
+        choices=["0.33.0", "0.34.0"],
+        help="default mode: --vllm-ref is this release's fused_moe.py, launched as it launches",
+    )
     args = parser.parse_args(argv)
     import parity
     import triton
@@ -455,7 +481,11 @@ def main(argv=None) -> int:
     all_same = True
     for path in paths:
         for M in (int(m) for m in args.M.split(",")):
-            print(f"Triton {triton.__version__}, sm_90a, {path}, {gemm} GEMM, M={M}", flush=True)
+            print(
+                f"Triton {triton.__version__}, sm_90a, {path}, {gemm} GEMM, M={M}, vLLM "
+                f"{args.vllm_release}, {args.checkpoint} checkpoint",
+                flush=True,
+            )
             for text in (args.configs or DEFAULT_CONFIGS[path]).split(","):
                 config = dict(zip(CONFIG_KEYS, (int(v) for v in text.split("/")), strict=True))
                 same = compare_launches(kernels, path, config, text, M=M, args=args)
@@ -483,7 +513,9 @@ def alike(moetune: tuple, vllm: tuple) -> bool:
 def compare_launches(kernels: dict, path: str, config: dict, text: str, *, M: int, args) -> bool:
     """Compile both kernels as their launchers launch them; print and return SASS equality."""
     gemm = "down" if args.down else "up"
-    launches = captured_launches(path, config, down=args.down, M=M)
+    launches = captured_launches(
+        path, config, down=args.down, M=M, checkpoint=args.checkpoint, release=args.vllm_release
+    )
     opcodes, specs, notes = {}, {}, {}
     for name, fn in kernels.items():
         grid, call_args, call_kwargs = launches[name]

@@ -432,7 +432,9 @@ class QuantChoiceError(TuneError):
 
 def quant_details(kernel: Any, dtype: str, choice: QuantChoice | None = None) -> dict[str, Any]:
     """block_shape / per_channel / group_size / has_zp of the problem: the checkpoint's
-    (as extract reports them), overridden by the user's `choice`.
+    (as extract reports them), overridden by the user's `choice`; and checkpoint_dtype, the
+    checkpoint's activation dtype, which w8a8 runs (an fp16 checkpoint's GEMMs store fp16)
+    and the other quantized dtypes leave at bf16.
 
     The engines' ``block_shape=[0, group_size]`` of weight-only group quantization
     becomes `group_size`; only a full ``[block_n, block_k]`` stays a block shape. A
@@ -462,4 +464,13 @@ def quant_details(kernel: Any, dtype: str, choice: QuantChoice | None = None) ->
     )
     zero_point = getattr(kernel, "has_zp", None) or getattr(kernel, "zero_point", None)
     has_zp = spec.group_quant and bool(zero_point)
-    return dict(block_shape=block, per_channel=per_channel, group_size=group_size, has_zp=has_zp)
+    checkpoint_dtype = spec.activation_dtype
+    if spec.quantizes_activations:
+        checkpoint_dtype = getattr(kernel, "activation_dtype", None) or checkpoint_dtype
+    return dict(
+        block_shape=block,
+        per_channel=per_channel,
+        group_size=group_size,
+        has_zp=has_zp,
+        checkpoint_dtype=checkpoint_dtype,
+    )

@@ -3,7 +3,7 @@
 import json
 
 from click.testing import CliRunner
-from test_cli_tune import QUANT, moetune, tune_args  # tests/ is on sys.path
+from test_cli_tune import DATA, QUANT, moetune, tune_args  # tests/ is on sys.path
 
 from moetune.cli import cli
 from moetune.engines.tuned_file import validate_tuned_config
@@ -112,6 +112,28 @@ def test_int8_w8a8_tune_runs_and_writes_only_sglangs_file(tmp_path):
         for name in names
     )
     assert not (tmp_path / "E=4,N=32,device_name=NVIDIA_H200.json").exists()
+
+
+def test_an_fp16_checkpoint_with_fp8_weights_tunes_on_fp16_buffers(tmp_path):
+    """The tiny model saved in fp16 with dynamic fp8 weights: its problem names the
+    checkpoint's dtype (a bf16 checkpoint's key does not), and the winners match the
+    reference rounded where vLLM's kernel rounds (bf16 compute, fp16 buffers): a reference
+    that rounds to fp16 alone leaves 0.6-3 % here, which this bound catches."""
+    args = tune_args(tmp_path, "--engine", "vllm", "--json")
+    args[args.index("--model") + 1] = str(DATA / "tiny-moe-fp16-fp8")
+    result = moetune(args)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["plan"]["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=fp8_w8a8,checkpoint=fp16"
+    assert summary["plan"]["problem"].startswith(
+        summary["plan"]["shape_key"] + ",kernel=moetune-vllm-0.33.0@"
+    )
+    rms = [row["rel_rms"] for row in summary["results"]]
+    assert len(rms) == 2 and all(value is not None and value < 1e-2 for value in rms), rms
+    # vLLM reads the same file for either checkpoint dtype: the name carries none.
+    validate_tuned_config(tmp_path / "E=4,N=32,device_name=NVIDIA_H200,dtype=fp8_w8a8.json", "vllm")
+    bf16 = dry_run(tmp_path / "bf16", "--dtype", "fp8_w8a8", "--engine", "vllm")
+    assert json.loads(bf16.stdout)["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=fp8_w8a8"
 
 
 def test_quantized_checkpoints_tune_as_they_are_quantized():

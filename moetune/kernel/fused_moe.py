@@ -56,6 +56,18 @@ def kernel_dtype(x: torch.Tensor, quant: MoEQuant | None) -> str:
     return "fp16" if x.dtype == torch.float16 else "bf16"
 
 
+def gemm_compute_dtype(x: torch.Tensor, quant: MoEQuant | None, gemm=None):  # noqa: ANN001
+    """The torch dtype a call's GEMMs round their results to before storing them in x's
+    dtype: by the release's ``COMPUTE`` rule on an engine's kernel (`gemm`, an
+    `EngineGemm`), by vLLM's on moetune's twin (`launch_rules.VLLM_COMPUTE`). bf16 for an
+    fp16 checkpoint's w8a8 on vLLM's kernels, x's dtype everywhere else."""
+    import torch
+
+    rule = getattr(getattr(gemm, "release", None), "COMPUTE", launch_rules.VLLM_COMPUTE)
+    quant_dtype = quant.dtype if quant is not None else None
+    return getattr(torch, rule.compute_dtype(quant_dtype, launch_rules.dtype_name(x.dtype)))
+
+
 def quantize_activation(a: torch.Tensor, quant: MoEQuant | None):
     """``(a as GEMM input, its scale or None)``: fp8/int8 for w8a8, unchanged otherwise."""
     if quant is None or not DTYPES[quant.dtype].quantizes_activations:

@@ -28,7 +28,9 @@ BENCHMARKS.md, Rank fidelity and the twins). vLLM 0.34.0's kernel, launched as 0
 (`moetune.engines.launch.vllm_0_34`), compiles to the same SASS on fp16, bf16 (down GEMM),
 fp8 per tensor and per channel, int8 and block fp8 with BLOCK_SIZE_N 256 (Triton 3.9,
 sm_90a); it differs on block fp8 only: TMA-B (sm90/sm100) and one weight scale per tile
-where BLOCK_SIZE_N divides the block, which Triton 3.9 does not compile. vLLM's launch semantics:
+where BLOCK_SIZE_N divides the block, which Triton 3.9 does not compile. An fp16 checkpoint's
+w8a8 GEMMs (bf16 compute, fp16 C) compile to 0.34.0's SASS too, on fp8 per tensor, per channel,
+block (BLOCK_SIZE_N 256) and int8 (`bench/sass_loop.py --checkpoint fp16`). vLLM's launch semantics:
 
 - naive assignment (``sorted_token_ids`` None, ``NAIVE_BLOCK_ASSIGNMENT``): no
   alignment; block ``i`` is slot ``i`` (row 0 of the block, the other rows padding),
@@ -38,7 +40,11 @@ where BLOCK_SIZE_N divides the block, which Triton 3.9 does not compile. vLLM's 
   K loop, so the slots are the dot's N side and BLOCK_SIZE_M = 8 is legal there;
 - EM is ``len(sorted_token_ids)``, capped at ``rows(A) * top_k * BLOCK_SIZE_M`` when
   A has fewer rows than BLOCK_SIZE_M (every used row-block holds a slot);
-- BLOCK_SIZE_K is clamped to the smaller side of the fp8 weight block.
+- BLOCK_SIZE_K is clamped to the smaller side of the fp8 weight block;
+- ``COMPUTE_TYPE``, the dtype the result is rounded to before the store, is c's dtype,
+  except w8a8 (fp8/int8 activations), which computes in bf16 into a c of either dtype:
+  an fp16 checkpoint's w8a8 GEMMs round to bf16, then store fp16
+  (`moetune.kernel.launch_rules.VLLM_COMPUTE`).
 
 Arrays of one launch (``slot = token * top_k + k``; ``num_slots = M * top_k``):
 
@@ -46,7 +52,7 @@ Arrays of one launch (``slot = token * top_k + k``; ``num_slots = M * top_k``):
 |---|---|---|---|
 | ``a`` | ``[num_slots // top_k, K]`` | bf16/fp16; fp8 / int8 for w8a8 | rows gathered as ``slot // top_k`` (top_k=1 for GEMM2) |
 | ``w`` | ``[E, N, K]`` | bf16/fp16; fp8 / int8 (w8a8); int8 (w8a16) | one weight matrix per expert, out-features first |
-| ``c`` | ``[num_slots, N]`` | bf16/fp16 (compute dtype) | output row per slot |
+| ``c`` | ``[num_slots, N]`` | bf16/fp16 (the checkpoint's) | output row per slot |
 | ``a_scale`` | ``[1]`` per-tensor, ``[rows, 1]`` per-token, ``[rows, cdiv(K, block_k)]`` block | fp32 | activation dequant scale (w8a8) |
 | ``w_scale`` | ``[E]`` per-tensor, ``[E, N]`` per-channel, ``[E, cdiv(N, block_n), cdiv(K, block_k)]`` block | fp32 | weight dequant scale |
 | ``topk_weights`` | ``[M, top_k]`` | fp32 | routing weight of each slot (GEMM2 only) |
@@ -103,7 +109,9 @@ from moetune.dtypes import DTYPES, FUSED_MOE_KERNEL
 from moetune.errors import MoetuneError
 from moetune.kernel.config import CONFIG_KEYS
 from moetune.kernel.launch_rules import (
+    VLLM_COMPUTE,
     a_scale_strides,
+    dtype_name,
     grid_rows,
     group_shape,
     operand_strides,
@@ -611,7 +619,8 @@ def invoke_fused_moe_gemm(
     bm, bn = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"]
     a_desc = make_descriptor(a, (bm, block_k), "A") if a_use_tma else None
     w_desc = make_descriptor(w, (1, bn, block_k), "w") if w_use_tma else None
-    compute_type = tl.bfloat16 if c.dtype == torch.bfloat16 else tl.float16
+    # vLLM's compute type: bf16 for w8a8 whatever c's dtype (an fp16 checkpoint's), else c's.
+    compute = VLLM_COMPUTE.compute_dtype(quant_dtype, dtype_name(c.dtype))
     em = grid_rows(sorted_token_ids, num_slots, a.shape[0], top_k, bm)
     grid = (triton.cdiv(em, bm) * triton.cdiv(n, bn),)
     fused_moe_kernel[grid](
@@ -644,14 +653,14 @@ def invoke_fused_moe_gemm(
         GROUP_SIZE_M=config["GROUP_SIZE_M"],
         MUL_ROUTED_WEIGHT=mul_routed_weight,
         TOP_K=top_k,
-        COMPUTE_TYPE=compute_type,
+        COMPUTE_TYPE=getattr(tl, compute),
         USE_FP8_W8A8=use_fp8,
         USE_INT8_W8A8=use_int8_w8a8,
         USE_INT8_W8A16=use_int8_w8a16,
         PER_CHANNEL=per_channel,
         SWAP_AB=swap_ab,
         C_SORTED=c_sorted,
-        INTERPRETER_BF16=interpreting() and c.dtype == torch.bfloat16,
+        INTERPRETER_BF16=interpreting() and compute == "bfloat16",
         num_warps=config["num_warps"],
         num_stages=config["num_stages"],
     )

@@ -5,6 +5,9 @@ and, but for TMA-B, 0.34.0's (`moetune.engines.launch.vllm_0_34` reuses them).
   ``M * top_k * 4 <= E``, except for int8/int4 w*a16 with a group;
 - ``SWAP_AB``: fp8_w8a8 on compute capability 9.0 with a thin M tile and a wide N tile;
 - EM, the rows the grid covers (`grid_rows`);
+- the kernel's ``compute_type`` and the GEMMs' output buffers (`ComputeRule`, `VLLM_COMPUTE`):
+  activations that arrive as fp8/int8 (w8a8) compute in bf16 whatever the checkpoint's
+  dtype, into buffers of the checkpoint's dtype;
 - the operand and scale strides and the weight-block shape, passed as vLLM passes them
   (SGLang 0.5.23's launcher passes the operand strides, A's scale strides and the block
   shape alike; its weight-scale strides are its own).
@@ -14,6 +17,7 @@ Pure Python: the kernel and the engines' launchers read them from here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from moetune.dtypes import DTYPES
@@ -36,6 +40,44 @@ def naive_assignment(
         and block_shape[1] > 0
     )
     return num_slots * NAIVE_SPARSITY <= num_experts and not grouped_weight_only
+
+
+@dataclass(frozen=True)
+class ComputeRule:
+    """A release's ``compute_type`` (the dtype the kernel rounds its result to before the
+    store) and the dtype of the GEMMs' output buffers, for a checkpoint whose activations
+    are `checkpoint` (torch names: ``"bfloat16"``, ``"float16"``) and a GEMM in `quant_dtype`.
+
+    The buffers (gate/up output, the activation, the down output) are the checkpoint's
+    dtype in every release moetune launches; the compute type is too, except where the
+    release sets `w8a8` for activations quantized to fp8/int8 before the GEMM.
+    """
+
+    w8a8: str | None = None  # compute_type where the GEMM reads 8-bit activations; None: as above
+
+    def compute_dtype(self, quant_dtype: str | None, checkpoint: str) -> str:
+        spec = DTYPES.get(quant_dtype)
+        if self.w8a8 is not None and spec is not None and spec.quantizes_activations:
+            return self.w8a8
+        return checkpoint
+
+    def buffer_dtype(self, quant_dtype: str | None, checkpoint: str) -> str:
+        return checkpoint
+
+
+# vLLM 0.33.0 and 0.34.0 (``TritonExperts.apply``, experts/triton_moe.py): ``compute_type``
+# follows the dtype of the hidden states it receives, and w8a8 activations arrive quantized
+# (fp8 or int8, quantized in the prepare step or at the top of ``apply``), which it maps to
+# bf16, for both GEMMs; the workspaces are allocated in the unquantized hidden states' dtype
+# (``workspace_dtype(in_dtype)``, modular_kernel.py). So an fp16 checkpoint's w8a8 GEMMs
+# compute in bf16 and store into fp16. (The monolithic ``fused_experts_impl``, which maps
+# fp16 to fp16, runs w8a8 only for Quark's static-scale int8, which moetune does not tune.)
+VLLM_COMPUTE = ComputeRule(w8a8="bfloat16")
+
+
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype's name without the module: ``torch.float16`` -> ``"float16"``."""
+    return str(dtype).rpartition(".")[2]
 
 
 def swap_ab(config: dict, quant_dtype: str | None, capability: tuple[int, int] | None) -> bool:

@@ -11,7 +11,10 @@ definition, not an accident of it:
   (the kernel rounds that product to x's dtype before its dot: a 2**-9 relative
   difference per weight, well inside the tolerances);
 - the gate/up output and the SiLU-and-mul output are rounded to x's dtype, where
-  the kernel stores them, so the intermediate's quantization sees the same values.
+  the kernel stores them, so the intermediate's quantization sees the same values;
+  where the kernel computes in another dtype than it stores (`compute_dtype`: vLLM's
+  w8a8 GEMMs of an fp16 checkpoint round to bf16, then store fp16), the gate/up output
+  is rounded to that dtype first.
 
 Everything else is fp32. Slow (a host sync per expert); never time it.
 """
@@ -74,13 +77,17 @@ def naive_fused_experts(
     topk_ids: torch.Tensor,
     *,
     quant: MoEQuant | None = None,
+    compute_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The MoE layer for given routing. ids -1 or >= E (experts on another rank) add nothing.
 
-    x ``[M, K]``, w1 ``[E, 2N, K]``, w2 ``[E, K, N]``, topk_weights/ids ``[M, top_k]``.
-    Returns float32 ``[M, K]``.
+    x ``[M, K]``, w1 ``[E, 2N, K]``, w2 ``[E, K, N]``, topk_weights/ids ``[M, top_k]``;
+    `compute_dtype` the dtype the kernel rounds the gate/up output to before storing it in
+    x's dtype (None: x's dtype). Returns float32 ``[M, K]``.
     """
     import torch
+
+    compute = x.dtype if compute_dtype is None else compute_dtype
 
     num_tokens, top_k = topk_ids.shape
     num_experts, two_n, _ = w1.shape  # int4: w1 is packed along K, 2N is unchanged
@@ -97,6 +104,7 @@ def naive_fused_experts(
         tokens, slots = torch.nonzero(topk_ids == expert, as_tuple=True)
         gate_up = (
             (x_used[tokens] @ _expert_weight(w1, w1_scale, expert, quant, w1_zp).T)
+            .to(compute)
             .to(x.dtype)
             .float()
         )
@@ -133,7 +141,9 @@ def naive_fused_moe(
     *,
     renormalize: bool = True,
     quant: MoEQuant | None = None,
+    compute_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Reference for `moetune.kernel.fused_moe.fused_moe`: same arguments, float32 ``[M, K]`` out."""
+    """Reference for `moetune.kernel.fused_moe.fused_moe`: same arguments (`compute_dtype`:
+    see `naive_fused_experts`), float32 ``[M, K]`` out."""
     weights, ids = naive_routing(router_logits, top_k, renormalize)
-    return naive_fused_experts(x, w1, w2, weights, ids, quant=quant)
+    return naive_fused_experts(x, w1, w2, weights, ids, quant=quant, compute_dtype=compute_dtype)

@@ -35,11 +35,14 @@ class MoEProblem:
     gemm: Any = None
 
 
-def activation_dtype(dtype: str):
-    """The torch dtype of x and of the output: fp16 for "fp16", bf16 otherwise."""
+def activation_dtype(dtype: str, checkpoint: str | None = None):
+    """The torch dtype of x and of the output: fp16 for "fp16", bf16 otherwise; a w8a8
+    `dtype` takes the `checkpoint`'s activation dtype (``"float16"``/``"bfloat16"``) when given."""
     import torch
 
     spec = DTYPES.get(dtype)
+    if checkpoint is not None and spec is not None and spec.quantizes_activations:
+        return getattr(torch, checkpoint)
     return getattr(torch, spec.activation_dtype if spec is not None else "bfloat16")
 
 
@@ -91,13 +94,15 @@ def make_problem(
     per_channel: bool = False,
     group_size: int | None = None,
     zero_point: bool = False,
+    checkpoint_dtype: str | None = None,
 ) -> MoEProblem:
     """Random inputs for M tokens, E experts, intermediate size N (per rank), hidden size K.
 
     `dtype` is the engines' string: "bf16", "fp16", "fp8_w8a8" (with `block_shape`
     for block quantization, or `per_channel`), "int8_w8a8" (always per channel),
     "int8_w8a16" or "int4_w4a16" (`group_size`, default 128; `zero_point` for
-    AWQ-style zero points); quantized problems take bf16 x.
+    AWQ-style zero points); quantized problems take bf16 x, but w8a8 ones take the
+    `checkpoint_dtype`'s (``"float16"``: an fp16 checkpoint) where it is given.
     """
     import torch
 
@@ -120,9 +125,13 @@ def make_problem(
         )
     if spec.quantized:
         check_quant_args(dtype, block_shape, per_channel, group_size)
+    if checkpoint_dtype not in (None, "bfloat16", "float16"):
+        raise MoetuneError(
+            f"checkpoint_dtype must be bfloat16 or float16, got {checkpoint_dtype!r}"
+        )
     quant_args = dict(per_channel=per_channel, group_size=group_size, zero_point=zero_point)
     generator = torch.Generator(device=device).manual_seed(seed)
-    act = activation_dtype(dtype)
+    act = activation_dtype(dtype, checkpoint_dtype)
     x = torch.randn(M, K, generator=generator, device=device).to(act)
     logits = torch.randn(M, E, generator=generator, device=device).to(act)
     w1, w1_scale, w1_zp = _random_weights(

@@ -3,7 +3,9 @@
 `TuneProblem` carries exactly what the kernel's speed depends on besides the
 batch size: E experts on this rank, w1 ``[E, 2N, K]``, w2 ``[E, K, N]``, top-k,
 the kernel dtype and its quantization details (fp8 weight block shape, per-channel
-scales, int4 group size and zero points). Its `key()` names the problem
+scales, int4 group size and zero points), and for w8a8 the checkpoint's activation
+dtype (an fp16 checkpoint's GEMMs store fp16; vLLM's compute in bf16, SGLang's in
+fp16: `moetune.kernel.launch_rules.ComputeRule`). Its `key()` names the problem
 in the results store, so a store never mixes measurements of different shapes
 (the engines' file names leave K and top-k out; the key does not).
 """
@@ -18,6 +20,9 @@ from moetune.dtypes import DTYPES
 from moetune.engines.launch import KernelRef
 from moetune.errors import TuneError
 
+# The checkpoints' activation dtypes a w8a8 problem runs (torch names).
+CHECKPOINT_DTYPES = ("bfloat16", "float16")
+
 if TYPE_CHECKING:
     from moetune.extract.shape import ShardedShape
 
@@ -25,7 +30,8 @@ if TYPE_CHECKING:
 # before every key named its kernel have no ``kernel=``).
 KEY_PATTERN = re.compile(
     r"E=(\d+),N=(\d+),K=(\d+),topk=(\d+),dtype=(\w+)(?:,block_shape=\[(\d+),(\d+)\])?"
-    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,kernel_rev=\d+)?(?:,routing=(\w+))?"
+    r"(,per_channel)?(?:,group_size=(\d+)(,zp)?)?(?:,checkpoint=(fp16))?(?:,kernel_rev=\d+)?"
+    r"(?:,routing=(\w+))?"
     r"(?:,kernel=[\w.+-]+(?:@\w+)?)?$"
 )
 
@@ -47,6 +53,9 @@ class TuneProblem:
     `per_channel`: per-output-channel weight scales and per-token activation scales
     (fp8 w8a8; always so for int8 w8a8); `group_size` and `has_zp`: int4 w4a16's
     K-group size (the engines' ``block_shape=[0, group_size]``) and zero points.
+    `checkpoint_dtype` is the torch name of the checkpoint's activations (``"bfloat16"``,
+    ``"float16"``) where w8a8 runs them: the buffers the GEMMs store into, and the compute
+    type the engine picks for them. Other dtypes carry their own (fp16: ``"float16"``).
     """
 
     num_experts: int
@@ -64,6 +73,7 @@ class TuneProblem:
     has_zp: bool = False
     # The engine kernel timed (`moetune.engines.launch`); None: moetune's twin.
     kernel: KernelRef | None = None
+    checkpoint_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "intermediate_size", "hidden_size", "top_k"):
@@ -90,6 +100,24 @@ class TuneProblem:
                 )
             object.__setattr__(self, "block_shape", block)
         self._check_quant_details()
+        self._check_checkpoint_dtype()
+
+    def _check_checkpoint_dtype(self) -> None:
+        """Only w8a8 takes either checkpoint dtype; the others run their own activations."""
+        spec = DTYPES[self.dtype]
+        if self.checkpoint_dtype not in CHECKPOINT_DTYPES:
+            raise TuneError(
+                f"checkpoint_dtype must be {' or '.join(CHECKPOINT_DTYPES)}, "
+                f"got {self.checkpoint_dtype!r}"
+            )
+        if spec.quantizes_activations:
+            return
+        if self.checkpoint_dtype not in ("bfloat16", spec.activation_dtype):
+            raise TuneError(
+                f"{self.dtype} is tuned on {spec.activation_dtype} activations, "
+                f"not {self.checkpoint_dtype}"
+            )
+        object.__setattr__(self, "checkpoint_dtype", spec.activation_dtype)
 
     def _check_quant_details(self) -> None:
         spec = DTYPES[self.dtype]
@@ -126,7 +154,10 @@ class TuneProblem:
     def kernel_options(self) -> dict:
         """The quantization keywords of `moetune.kernel.problem.make_problem` for this problem."""
         return dict(
-            per_channel=self.per_channel, group_size=self.group_size, zero_point=self.has_zp
+            per_channel=self.per_channel,
+            group_size=self.group_size,
+            zero_point=self.has_zp,
+            checkpoint_dtype=self.checkpoint_dtype,
         )
 
     @classmethod
@@ -139,6 +170,7 @@ class TuneProblem:
         per_channel: bool = False,
         group_size: int | None = None,
         has_zp: bool = False,
+        checkpoint_dtype: str = "bfloat16",
     ) -> TuneProblem:
         """The problem of one rank of an extracted, sharded model (its `kernel_top_k`)."""
         return cls(
@@ -151,6 +183,7 @@ class TuneProblem:
             per_channel=per_channel,
             group_size=group_size,
             has_zp=has_zp,
+            checkpoint_dtype=checkpoint_dtype,
         )
 
     @property
@@ -170,7 +203,7 @@ class TuneProblem:
         match = KEY_PATTERN.match(key)
         if match is None:
             raise TuneError(f"not a problem key: {key!r}")
-        e, n, k, top_k, dtype, bn, bk, per_channel, group, zp, routing = match.groups()
+        e, n, k, top_k, dtype, bn, bk, per_channel, group, zp, fp16, routing = match.groups()
         return cls(
             int(e),
             int(n),
@@ -182,6 +215,7 @@ class TuneProblem:
             group_size=int(group) if group else None,
             has_zp=bool(zp),
             routing_digest=routing,
+            checkpoint_dtype="float16" if fp16 else "bfloat16",
         )
 
     def key(self) -> str:
@@ -209,6 +243,9 @@ class TuneProblem:
             key += ",per_channel"
         if self.group_size is not None:
             key += f",group_size={self.group_size}" + (",zp" if self.has_zp else "")
+        if DTYPES[self.dtype].quantizes_activations and self.checkpoint_dtype == "float16":
+            # A bf16 checkpoint's key names no checkpoint dtype: its stores stay valid.
+            key += ",checkpoint=fp16"
         revision = DTYPES[self.dtype].kernel_revision
         if revision is not None:
             key += f",kernel_rev={revision}"

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton.language as tl
 
 from moetune.engines.launch import EngineGemm, sglang_0_5_23, twin_ref
 from moetune.engines.sglang import file_name
@@ -556,3 +557,19 @@ def test_the_top_k_sum_is_compiled_from_sglangs_source(sglang_installed) -> None
     kernel = sglang_0_5_23.sum_kernel(ref)
     assert Path(inspect.getsourcefile(kernel.fn)) == Path(sglang_installed.kernel_source)
     assert list(inspect.signature(kernel.fn).parameters)[-2:] == ["NUM_STAGE", "USE_GDC"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind, M", [("up", 5), ("pair-tma", 16)])
+def test_an_fp16_checkpoint_launches_as_sglang_launches_it(
+    sglang, tmp_path, monkeypatch, dtype, kind, M
+) -> None:  # noqa: ANN001
+    # SGLang computes in fp16 for fp16 hidden states, w8a8 included (vLLM in bf16), and
+    # stores into fp16 buffers: moetune's launch (sglang_0_5_23.COMPUTE) passes the same.
+    layer = make_layer(dtype, 8, 2, kind, M, tmp_path)
+    layer.x = layer.x.to(torch.float16)
+    theirs = sglang.run(layer, monkeypatch)
+    assert theirs and all(launch.kwargs["compute_type"] == tl.float16 for launch in theirs)
+    assert [launch.args[5].dtype for launch in theirs] == [torch.float16] * len(theirs)  # c_ptr
+    found = differences(theirs, moetune_launches(layer, (9, 0)))
+    assert not found, "\n".join(found)

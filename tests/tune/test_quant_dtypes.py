@@ -153,7 +153,7 @@ def test_options_take_the_engines_group_block_shape_as_the_group_size():
 
     gptq = SimpleNamespace(block_shape=(0, 64), per_channel=False, zero_point=True)
     assert quant_details(gptq, "int4_w4a16") == dict(
-        block_shape=None, per_channel=False, group_size=64, has_zp=True
+        block_shape=None, per_channel=False, group_size=64, has_zp=True, checkpoint_dtype="bfloat16"
     )
     assert quant_details(gptq, "int4_w4a16", QuantChoice(group_size=32))["group_size"] == 32
     fp8_block = SimpleNamespace(block_shape=(128, 128), per_channel=False)

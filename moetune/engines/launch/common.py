@@ -4,13 +4,16 @@
 terms (`EngineGemm` builds it); each release's ``launch`` turns it into its kernel's
 argument list. vLLM's and SGLang's ``fused_moe_kernel`` share an ancestor, and take the
 routing weight, top-k, compute type and quantization flags under the same names
-(`quant_constexprs`).
+(`quant_constexprs`); each release declares its compute type (``COMPUTE``, a
+`moetune.kernel.launch_rules.ComputeRule`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from moetune.kernel.launch_rules import ComputeRule, dtype_name
 
 
 @dataclass(frozen=True)
@@ -51,15 +54,16 @@ class GemmCall:
         return self.w.shape[2]
 
 
-def quant_constexprs(call: GemmCall) -> dict[str, Any]:
-    """The constexprs vLLM's and SGLang's kernels both take, in their launchers' order."""
-    import torch
+def quant_constexprs(call: GemmCall, compute: ComputeRule) -> dict[str, Any]:
+    """The constexprs vLLM's and SGLang's kernels both take, in their launchers' order;
+    ``compute_type`` by the release's `compute` rule (``call.c`` is in the checkpoint's dtype)."""
     import triton.language as tl
 
+    checkpoint = dtype_name(call.c.dtype)
     return {
         "MUL_ROUTED_WEIGHT": call.mul_routed_weight,
         "top_k": call.top_k,
-        "compute_type": tl.bfloat16 if call.c.dtype == torch.bfloat16 else tl.float16,
+        "compute_type": getattr(tl, compute.compute_dtype(call.quant_dtype, checkpoint)),
         "use_fp8_w8a8": call.quant_dtype == "fp8_w8a8",
         "use_int8_w8a8": call.quant_dtype == "int8_w8a8",
         "use_int8_w8a16": call.quant_dtype == "int8_w8a16",

@@ -19,6 +19,9 @@ fused SwiGLU, no fused sum-all-reduce, no MoE padding):
 - TMA (``USE_TMA`` in a tuned entry): the up GEMM reads w1 through a descriptor; a
   TMA down entry makes the up GEMM write sorted rows (``c_sorted``) and the down GEMM
   read them and w2 through descriptors;
+- ``compute_type`` (`COMPUTE`): bf16 for a bf16 checkpoint, else fp16, whatever the
+  dtype (``_fused_moe_kernel_sequence``), into buffers of the checkpoint's dtype: an fp16
+  checkpoint's w8a8 GEMMs compute in fp16, unlike vLLM's;
 - programmatic dependent launch on sm90 and newer (``USE_GDC``, ``launch_pdl``),
   with the early trigger when A has at most 512 rows.
 """
@@ -30,13 +33,20 @@ from typing import Any
 
 from moetune.dtypes import DTYPES
 from moetune.engines.launch.common import GemmCall, quant_constexprs
-from moetune.kernel.launch_rules import a_scale_strides, group_shape, operand_strides
+from moetune.kernel.launch_rules import (
+    ComputeRule,
+    a_scale_strides,
+    group_shape,
+    operand_strides,
+)
 
 ENGINE = "sglang"
 RELEASE = "0.5.23"
 KERNEL = "fused_moe_kernel"
 SOURCE = ("kernels", "ops", "moe", "fused_moe_triton_kernels.py")
 PDL_EARLY_ROWS = 512
+# The kernel's compute type and the output buffers' dtype: the checkpoint's, for every dtype.
+COMPUTE = ComputeRule()
 
 
 def naive_assignment(
@@ -183,7 +193,7 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         w_scale.stride(2) if three_d_w_scale else 0,
         w_scale.stride(1) if two_d_w_scale else 0,
         *group_shape(block_shape),
-        **quant_constexprs(call),
+        **quant_constexprs(call, COMPUTE),
         even_Ks=k % bk == 0,
         c_sorted=call.c_sorted,
         swap_ab=swap_ab(config, quant_dtype, capability),

@@ -13,7 +13,11 @@ and ``utils.py``; the kernel itself is compiled from the installed file
   ``BLOCK_SIZE_N >= 64``: the token dimension becomes the dot's N, which is what makes
   ``BLOCK_SIZE_M = 8`` tiles legal there;
 - ``BLOCK_SIZE_K`` clamped to the smaller side of the fp8 weight block;
-- ``SPLIT_K = 1``, no bias, ``USE_TD`` off (a Blackwell-only gather).
+- ``SPLIT_K = 1``, no bias, ``USE_TD`` off (a Blackwell-only gather);
+- ``compute_type`` (`COMPUTE`, read from ``experts/triton_moe.py`` and ``modular_kernel.py``):
+  bf16 for w8a8 (the activations arrive as fp8/int8), else the checkpoint's dtype; the
+  output buffers are the checkpoint's dtype, so an fp16 checkpoint's w8a8 GEMMs compute
+  in bf16 and store into fp16.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from moetune.engines.launch.common import GemmCall, quant_constexprs
 from moetune.engines.launch.interface import KernelInterface
 from moetune.kernel.launch_rules import (
     NAIVE_SPARSITY,
+    VLLM_COMPUTE,
     a_scale_strides,
     grid_rows,
     group_shape,
@@ -71,6 +76,8 @@ FILE_KEYS = frozenset(
     {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "SPLIT_K"}
     | {"num_warps", "num_stages"}
 )
+# The kernel's compute type and the output buffers' dtype (``TritonExperts``).
+COMPUTE = VLLM_COMPUTE
 # 0.33 reads no ``<name>_down.json``.
 DOWN_FILE_CONDITIONS = None
 DOWN_FILE_BLOCK = None
@@ -171,7 +178,7 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         0,
         0,
         *group_shape(call.block_shape),
-        **quant_constexprs(call),
+        **quant_constexprs(call, COMPUTE),
         naive_block_assignment=call.sorted_token_ids is None,
         HAS_BIAS=False,
         BLOCK_SIZE_K=prepared.block_k,

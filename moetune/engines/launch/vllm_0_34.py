@@ -18,6 +18,8 @@ assignment, EM, SWAP_AB, the BLOCK_SIZE_K clamp). What 0.34 adds:
   not launch: both stay off;
 - ``topk_weights`` must be contiguous (a ValueError in 0.34, an assert in 0.33).
 
+``compute_type`` is 0.33's (`COMPUTE`): bf16 for w8a8, into buffers of the checkpoint's dtype.
+
 A tuned entry's ``USE_TMA`` applies to both GEMMs of a call (each launch pops it from
 its own copy), so `split_configs` hands the entry to both launches unchanged.
 """
@@ -30,6 +32,7 @@ from moetune.dtypes import DTYPES
 from moetune.engines.launch.common import GemmCall, quant_constexprs
 from moetune.engines.launch.interface import KernelInterface
 from moetune.engines.launch.vllm_0_33 import (
+    COMPUTE,
     KERNEL,
     LAUNCHER,
     NAIVE_SPARSITY,
@@ -49,6 +52,7 @@ from moetune.kernel.tma import TMA_KEY, SplitConfigError, SplitConfigs
 ENGINE = "vllm"
 RELEASE = "0.34.0"
 __all__ = [
+    "COMPUTE",
     "KERNEL",
     "LAUNCHER",
     "NAIVE_SPARSITY",
@@ -237,7 +241,7 @@ def _launch(kernel: Any, call: GemmCall, prepared: Any, b_desc: Any, tma_b: bool
         0,
         0,
         *group_shape(call.block_shape),
-        **quant_constexprs(call),
+        **quant_constexprs(call, COMPUTE),
         naive_block_assignment=call.sorted_token_ids is None,
         HAS_BIAS=False,
         BLOCK_SIZE_K=prepared.block_k,

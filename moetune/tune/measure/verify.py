@@ -64,12 +64,13 @@ def check_output(problem: Any, config: dict, dtype: str, *, corrupt: bool = Fals
 
     `corrupt` adds an error to the output (the test-only ``wrong`` fault).
     """
-    from moetune.kernel.fused_moe import fused_moe
+    from moetune.kernel.fused_moe import fused_moe, gemm_compute_dtype
     from moetune.kernel.naive import naive_fused_moe
 
     args = (problem.x, problem.w1, problem.w2, problem.router_logits, problem.top_k)
     out = fused_moe(*args, config=config, quant=problem.quant, gemm=problem.gemm)
-    ref = naive_fused_moe(*args, quant=problem.quant)
+    compute = gemm_compute_dtype(problem.x, problem.quant, problem.gemm)
+    ref = naive_fused_moe(*args, quant=problem.quant, compute_dtype=compute)
     if corrupt:
         out = out + 1.0
     return compare(out, ref, dtype)
