@@ -121,6 +121,13 @@ SEARCHES = ("fast", "thorough", "exhaustive")
     "newest moetune knows): 0.34.0 on reads USE_TMA, which is then tuned on its kernel; a "
     "file for 0.33.0 never carries it."
 )
+@click.option(
+    "--vllm-deepgemm",
+    is_flag=True,
+    help="The vLLM server runs DeepGEMM's E8M0 scales (DeepGEMM installed; vLLM's default "
+    "then): also tune vLLM 0.34's <name>_down.json, read only on that path (fp8 block "
+    "[128,128], sm90, hidden size >= 4096; the plan says whether it applies).",
+)
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(
     batch_sizes: tuple[tuple[int, ...], ...],
@@ -143,6 +150,7 @@ def tune(
     overwrite_installed: bool,
     kernel: str,
     vllm_release: str | None,
+    vllm_deepgemm: bool,
     json_: bool,
     **model: object,
 ) -> None:
@@ -241,6 +249,7 @@ def tune(
         confirm_rounds=confirm_rounds,
         vllm_release=file_release,
         vllm_release_note=file_release_note,
+        vllm_deepgemm=vllm_deepgemm,
     )
     notes = [note for group in sweep.groups for note in group.notes] + machine.notes
     notes += kernel_notes
