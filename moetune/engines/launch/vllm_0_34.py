@@ -222,8 +222,10 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         if reason:
             raise ValueError(reason)
         call = replace(call, a_use_tma=False, w_use_tma=False, c_sorted=False)
-        if capability is None and _interpreting():
-            capability = SORTED_CAPABILITY
+    # The interpreter runs the sorted path as sm90 does, descriptors on CPU tensors included.
+    interpreted = (a_sorted or c_sorted) and _interpreting()
+    if interpreted and capability is None:
+        capability = SORTED_CAPABILITY
     prepared = prepare(call, capability, refusal, ("BLOCK_SIZE_K", "SPLIT_K", TMA_KEY))
     if a_sorted:
         # vLLM: EM is the sorted ids' length (no small-batch cap), the valid slots C's rows.
@@ -248,7 +250,7 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         call.n,
         call.k,
         prepared.block_k,
-        contiguous=w.is_contiguous() and (w.device.type == "cuda" or _interpreting()),
+        contiguous=w.is_contiguous() and (w.device.type == "cuda" or interpreted),
     )
     b_desc = a_desc = None
     if tma_b:
