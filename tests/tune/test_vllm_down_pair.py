@@ -231,6 +231,11 @@ def test_a_tune_writes_the_down_file_where_the_pair_is_faster_as_a_whole_call(tm
     sorted_downs = [(m, p) for m, p in probes if p.kind == "down" and p.use_tma]
     assert sorted_downs  # on the up config's BLOCK_SIZE_M (vLLM replaces the down's)
     assert all(p.BLOCK_SIZE_M == singles[m].BLOCK_SIZE_M for m, p in sorted_downs)
+    assert len({p.candidate for _, p in sorted_downs}) > 1  # searched
+    # The up GEMM and the down GEMM off the sorted path: the single config alone (the
+    # main file's entry, and the reference the pair must beat), never searched.
+    fixed = [(m, p) for m, p in probes if p.kind == "up" or (p.kind == "down" and not p.use_tma)]
+    assert fixed and all(p.candidate == singles[m] for m, p in fixed)
     verified_pairs = [
         item for mode, _, item in backend.log if mode == "verify" and isinstance(item, Probe)
     ]
