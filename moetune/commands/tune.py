@@ -381,7 +381,8 @@ def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
             request.triton_version,
             request.save_dir,
         )
-        for done in install_files(target, engine_files(target.engine, main), overwrite=overwrite):
+        files = engine_files(target.engine, main, summary.files)
+        for done in install_files(target, files, overwrite=overwrite):
             installed.append(
                 {
                     "engine": target.engine,

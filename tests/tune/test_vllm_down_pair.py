@@ -306,3 +306,14 @@ def test_check_accepts_the_written_down_file(tmp_path, monkeypatch, capsys):
     assert exc.value.code == 0, out
     assert f"_down file FOUND: {tmp_path / 'out' / DOWN_NAME}" in out
     assert "INVALID" not in out
+
+
+def test_install_takes_the_down_file_this_run_wrote(tmp_path):
+    from moetune.engines.install import engine_files
+
+    main = tmp_path / DOWN_NAME.replace("_down", "")
+    down = tmp_path / DOWN_NAME
+    for path in (main, down):
+        path.write_text("{}")
+    assert engine_files("vllm", main, [main, down]) == [main, down]
+    assert engine_files("vllm", main, [main]) == [main]  # an earlier run's stays behind
