@@ -774,16 +774,14 @@ def run_tune(
             vllm_release=request.vllm_release,
         )
         if engine == "vllm" and summary.vllm_down:
+            from moetune.tune.output import engine_file_path
             from moetune.tune.search.split_vllm import write_down_file
 
+            main = engine_file_path(
+                engine, problem, request.device_name, request.triton_version, request.save_dir
+            )
             summary.files += write_down_file(
-                results,
-                summary.vllm_down,
-                problem,
-                request.device_name,
-                request.triton_version,
-                request.save_dir,
-                summary.notes,
+                results, summary.vllm_down, main, request.triton_version, summary.notes
             )
     summary.measured = measurer.timed
     summary.compile = {

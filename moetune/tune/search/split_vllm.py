@@ -94,11 +94,12 @@ def down_file_applies(problem: Any, release: str, capability: tuple[int, int] | 
 
 
 def _release(plan: Any) -> str | None:
-    from moetune.tune.output import vllm_file_release
+    """The release the vLLM file is for (`moetune.tune.output.vllm_file_release`'s rule)."""
+    from moetune.engines.installed import current_release
 
     if "vllm" not in plan.request.engines:
         return None
-    return vllm_file_release(plan.request.vllm_release)
+    return plan.request.vllm_release or current_release("vllm")[0]
 
 
 def tunes_down_file(plan: Any) -> bool:
@@ -266,18 +267,14 @@ def down_table(
 def write_down_file(
     results: Mapping[int, Candidate],
     pairs: Sequence[SplitResult],
-    problem: Any,
-    device_name: str,
+    main: Path,
     triton_version: str,
-    save_dir: str | Path,
     notes: list[str],
 ) -> list[Path]:
-    """Write vLLM's ``_down.json`` beside the vLLM file (checked, atomically) where a pair
-    won; return the paths written (none: a note says why)."""
+    """Write vLLM's ``_down.json`` beside the vLLM file `main` (checked, atomically) where a
+    pair won; return the paths written (none: a note says why)."""
     from moetune.engines.tuned_file import write_tuned_files
-    from moetune.tune.output import engine_file_path
 
-    main = engine_file_path("vllm", problem, device_name, triton_version, save_dir)
     path = main.with_name(main.name.removesuffix(".json") + "_down.json")
     table = down_table(results, pairs)
     if table is None:
