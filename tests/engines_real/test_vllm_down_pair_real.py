@@ -44,7 +44,9 @@ def _gemm_and_calls(monkeypatch):
 
 
 def _run(gemm, down_config, m=M, experts=E):
-    p = make_problem(m, experts, N, K, TOP_K, "fp8_w8a8", block_shape=(128, 128), device="cpu", seed=3)
+    p = make_problem(
+        m, experts, N, K, TOP_K, "fp8_w8a8", block_shape=(128, 128), device="cpu", seed=3
+    )
     out = fused_moe(
         p.x, p.w1, p.w2, p.router_logits, TOP_K,
         config=UP.as_config(), down_config=down_config, quant=p.quant, gemm=gemm,
@@ -81,3 +83,20 @@ def test_a_sorted_call_vllm_would_not_take_is_refused(monkeypatch):
     # The down tile must divide the hidden size.
     with pytest.raises(ValueError, match="hidden size 256 divisible by the down BLOCK_SIZE_N"):
         _run(gemm, {**sorted_down, "BLOCK_SIZE_N": 512})
+
+
+def test_the_split_searchs_probes_run_on_vllm_0_34s_kernel():
+    """What the tune times (`moetune.tune.search.split_vllm`): the down GEMM alone on the
+    sorted path, and the pair checked against the reference, through the worker's inputs."""
+    from moetune.tune.measure.probe_timing import measure_probe
+    from moetune.tune.measure.worker import _Inputs
+    from moetune.tune.problem import TuneProblem
+
+    ref = resolve_kernel("vllm", "vllm").kernel
+    problem = TuneProblem(E, N, K, TOP_K, "fp8_w8a8", (128, 128), kernel=ref)
+    inputs = _Inputs()
+    down = measure_probe(problem, 8, "quick", Probe("down", UP, True), inputs.get(problem, 8, 0))
+    assert down.status == "ok" and down.latency_us > 0, down
+    pair = Probe("pair", UP, False, UP, True)
+    checked = measure_probe(problem, 8, "verify", pair, inputs.get(problem, 8, 1234))
+    assert checked.status == "ok" and checked.rel_rms < 0.06, checked
