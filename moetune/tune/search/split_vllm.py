@@ -115,15 +115,15 @@ def tunes_down_file(plan: Any) -> bool:
 
 def down_plan_lines(plan: Any) -> list[str]:
     """The plan's word on vLLM's ``_down.json``: nothing where vLLM never looks one up for
-    this dtype; one line where it does but this tune cannot use it, or was not told
-    DeepGEMM is in use; two where it is tuned."""
+    this dtype (or release); one line where it does but never on this shape or GPU; two
+    where it is tuned, or would be with DeepGEMM declared: what the server needs to read it."""
+    from moetune.dtypes import DTYPES
     from moetune.engines import vllm
 
     release = _release(plan)
     if release is None:
         return []
     problem = plan.problem
-    from moetune.dtypes import DTYPES
 
     if vllm.down_file_conditions(release) is None or not vllm.reads_down_file(
         release, DTYPES[problem.dtype].quant_dtype, problem.block_shape
