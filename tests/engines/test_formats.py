@@ -15,7 +15,7 @@ from moetune.engines.formats import (
 )
 from moetune.engines.tables import definition_for, schema
 from moetune.engines.tuned_file import tuned_file_paths
-from moetune.errors import MoetuneError, TuneError
+from moetune.errors import TuneError
 
 
 @pytest.mark.parametrize("engine", ENGINES)
