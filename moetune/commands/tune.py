@@ -136,6 +136,13 @@ SEARCHES = ("fast", "thorough", "exhaustive")
     "newest moetune knows): 0.34.0 on reads USE_TMA, which is then tuned on its kernel; a "
     "file for 0.33.0 never carries it."
 )
+@click.option(
+    "--vllm-deepgemm",
+    is_flag=True,
+    help="The vLLM server runs DeepGEMM's E8M0 scales (DeepGEMM installed; vLLM's default "
+    "then): also tune vLLM 0.34's <name>_down.json, read only on that path (fp8 block "
+    "[128,128], sm90, hidden size >= 4096; the plan says whether it applies).",
+)
 @click.option("json_", "--json", is_flag=True, help="Print the plan and results as JSON.")
 def tune(json_: bool, dry_run: bool, **options: Any) -> None:
     """Tune the fused-MoE kernel for a model and write vLLM/SGLang config files.
@@ -287,6 +294,7 @@ def tune_request(options: dict[str, Any], checked: Checked) -> SweepRequest:
         confirm_rounds=options["confirm_rounds"],
         vllm_release=checked.vllm_release,
         vllm_release_note=checked.vllm_release_note,
+        vllm_deepgemm=options["vllm_deepgemm"],
     )
 
 
@@ -473,7 +481,8 @@ def _install(targets, summary, overwrite, console):  # noqa: ANN001, ANN202
             request.triton_version,
             request.save_dir,
         )
-        for done in install_files(target, engine_files(target.engine, main), overwrite=overwrite):
+        files = engine_files(target.engine, main, summary.files)
+        for done in install_files(target, files, overwrite=overwrite):
             installed.append(
                 {
                     "engine": target.engine,

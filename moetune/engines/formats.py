@@ -47,8 +47,10 @@ def _vllm_name(
     per_channel: bool,
     down: bool,
 ) -> str:
-    # vLLM's name carries no per-channel mark, and it reads no down table.
-    return vllm_config_filename(E, N, device_name, dtype, block_shape)
+    # vLLM's name carries no per-channel mark; 0.34 looks its down table up as the main
+    # file's name with ``_down`` before ``.json`` (``get_moe_configs(..., down_moe=True)``).
+    name = vllm_config_filename(E, N, device_name, dtype, block_shape)
+    return name.removesuffix(".json") + DOWN_SUFFIX if down else name
 
 
 def _sglang_name(
@@ -126,6 +128,10 @@ ENGINE_FORMATS = {
         read_schema="vllm",
         written_schema="vllm_written",
         tma_b_written_schema="vllm_tma_written",
+        # vLLM 0.34 reads a down table on one serving path only (`moetune.tune.search.
+        # split_vllm`), so `reads_down_file` stays False: these check that table.
+        down_read_schema="vllm_down",
+        down_written_schema="vllm_down_written",
         namer=_vllm_name,
     ),
     "sglang": EngineFormat(

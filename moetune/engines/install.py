@@ -278,10 +278,12 @@ def write_keeping_backup(
     return backup
 
 
-def engine_files(engine: str, main: Path) -> list[Path]:
+def engine_files(engine: str, main: Path, written: Sequence[Path] = ()) -> list[Path]:
     """The file for an engine plus, for one that reads a down table, its ``_down`` twin
-    when the tuner wrote one."""
+    when the tuner wrote one; vLLM's (0.34 on one serving path) where this run wrote it
+    (`written`: no earlier run's)."""
     if not engine_format(engine).reads_down_file:
-        return [main]
+        down = main.with_name(vllm.down_file_name(main.name))
+        return [main, down] if engine == "vllm" and down in written else [main]
     down = main.with_name(sglang.down_name(main.name))
     return [main, down] if down.is_file() else [main]

@@ -254,6 +254,11 @@ def fused_experts(
     # engine allocates (SGLang: `sorted_rows`; its down GEMM's GDC_EARLY counts them),
     # else as many as there are sorted positions.
     gate_up_rows = num_slots
+    if split.down_tma and sorted_ids is None:  # an engine's naive path (vLLM 0.34's sorted one)
+        raise SplitConfigError(
+            "the down config's sorted layout needs the alignment, which the engine skips at "
+            "this batch size (naive assignment): it runs the up config alone there"
+        )
     if split.down_tma:
         engine_rows = _sized(
             engine_gemm, "sorted_rows", num_slots, split.up["BLOCK_SIZE_M"], num_experts

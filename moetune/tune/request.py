@@ -64,3 +64,6 @@ class SweepRequest:
     confirm_rounds: int = DEFAULT_ROUNDS
     vllm_release: str | None = None
     vllm_release_note: str | None = None
+    # The vLLM server runs DeepGEMM's E8M0 scales: vLLM 0.34's _down.json is tuned where
+    # it reads it (`moetune.tune.search.split_vllm`).
+    vllm_deepgemm: bool = False

@@ -88,6 +88,9 @@ class TuneRequest:
     # is not simply the installed one's, why (`moetune.engines.vllm.target_release`).
     vllm_release: str | None = None
     vllm_release_note: str | None = None
+    # The vLLM server runs DeepGEMM's E8M0 scales: vLLM 0.34's _down.json is tuned where
+    # it reads it (`moetune.tune.search.split_vllm`).
+    vllm_deepgemm: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ class TuneSummary:
     ceilings: Any = None
     compile: dict[str, float] = field(default_factory=dict)
     split: list[Any] = field(default_factory=list)  # a search.split.SplitResult per batch size
+    vllm_down: list[Any] = field(default_factory=list)  # the same, for vLLM's _down.json
     baselines: list[Any] = field(default_factory=list)  # moetune.tune.baselines.Baseline
     # (stage, when it began as a Unix time, seconds until the next one or the end), in order.
     stages: list[tuple[str, float, float]] = field(default_factory=list)
@@ -265,6 +269,7 @@ def plan_lines(plan: TunePlan) -> list[str]:
     lines.extend(_split_and_routing_lines(plan))
     lines.extend(_confirm_lines(request.confirm_rounds))
     lines.extend(_vllm_file_lines(plan))
+    lines.extend(_vllm_down_lines(plan))
     lines.append(f"Results:     {plan.store_path} (resumable)")
     lines.append("Will write:")
     lines.extend(f"  {path}" for path in plan.files)
@@ -360,6 +365,12 @@ def _vllm_file_lines(plan: TunePlan) -> list[str]:
     return lines
 
 
+def _vllm_down_lines(plan: TunePlan) -> list[str]:
+    from moetune.tune.search.split_vllm import down_plan_lines
+
+    return down_plan_lines(plan)
+
+
 def _on_gpu(request: TuneRequest) -> bool:
     """Whether the run times on GPUs (local devices, or Ray's), not under the interpreter."""
     return any(d is not None for d in request.devices) or request.backend == "ray"
@@ -388,7 +399,14 @@ def plan_json(plan: TunePlan) -> dict[str, Any]:
         "split": bool(_split_engines(plan)),
         "confirm_rounds": plan.request.confirm_rounds,
         "vllm_release": _vllm_release_json(plan),
+        "vllm_down": _vllm_down_json(plan),
     }
+
+
+def _vllm_down_json(plan: TunePlan) -> dict[str, Any] | None:
+    from moetune.tune.search.split_vllm import plan_json as down_json
+
+    return down_json(plan)
 
 
 def _vllm_release_json(plan: TunePlan) -> str | None:
@@ -771,6 +789,10 @@ def _verify_split_confirm(
         summary.split = tune_split(
             plan, measurer, backend, singles, summary.notes, options, rankings=rankings
         )
+    if _tunes_vllm_down(plan):
+        if not _split_engines(plan):
+            stages.enter("split")
+        summary.vllm_down = _tune_vllm_down(plan, measurer, backend, verified, choices, summary)
     confirmations: dict[int, Confirmation] = {}
     runners_up: dict[int, dict[Candidate, tuple[Measurement, int, float | None]]] = {}
     if request.confirm_rounds > 0:
@@ -870,7 +892,39 @@ def _write_files(plan: TunePlan, summary: TuneSummary) -> list[Path]:
             notes=summary.notes,
             vllm_release=request.vllm_release,
         )
+        if engine == "vllm" and summary.vllm_down:
+            from moetune.tune.output import engine_file_path
+            from moetune.tune.search.split_vllm import write_down_file
+
+            main = engine_file_path(
+                engine, plan.problem, request.device_name, request.triton_version, request.save_dir
+            )
+            files += write_down_file(
+                results, summary.vllm_down, main, request.triton_version, summary.notes
+            )
     return files
+
+
+def _tunes_vllm_down(plan: TunePlan) -> bool:
+    from moetune.tune.search.split_vllm import tunes_down_file
+
+    return tunes_down_file(plan)
+
+
+def _tune_vllm_down(
+    plan: TunePlan,
+    measurer: Any,
+    backend: Backend,
+    verified: dict,
+    choices: dict,
+    summary: TuneSummary,
+) -> list[Any]:
+    """vLLM 0.34's down pair where this tune searches it (`moetune.tune.search.split_vllm`)."""
+    from moetune.tune.search.split_vllm import tune_down_file
+
+    singles = {m: verified[m][0].candidate for m in plan.request.batch_sizes}
+    rankings = {m: [row.candidate for row in choices[m]] for m in choices}
+    return tune_down_file(plan, measurer, backend, singles, summary.notes, rankings)
 
 
 def verify_finalists(
@@ -1063,6 +1117,7 @@ def summary_json(summary: TuneSummary) -> dict[str, Any]:
             for name, when, seconds in summary.stages
         ],
         "split": [_split_json(result) for result in summary.split],
+        "vllm_down": [_split_json(result) for result in summary.vllm_down],
         "baselines": [b.to_dict() for b in summary.baselines],
         "geomean_speedup": {b.key: summary.geomean_speedup(b.key) for b in summary.baselines},
         "files": [str(path) for path in summary.files],

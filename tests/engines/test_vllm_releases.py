@@ -123,12 +123,23 @@ def test_use_tma_is_a_key_of_0_34_only() -> None:
     assert "true or false" in vllm_0_34.refusal({"USE_TMA": 1}, "fp8_w8a8")
     assert vllm_0_33.refusal({"USE_TMA": True}, None) is not None
     assert "USE_TMA" in vllm_0_34.FILE_KEYS and "USE_TMA" not in vllm_0_33.FILE_KEYS
-    # 0.34 pops the entry's USE_TMA in both GEMMs' launches; it has no down file here.
+    # 0.34 pops the entry's USE_TMA in both GEMMs' launches.
     split = vllm_0_34.split_configs({"BLOCK_SIZE_M": 16, "USE_TMA": False}, None)
     assert split.up == split.down == {"BLOCK_SIZE_M": 16, "USE_TMA": False}
     assert not (split.up_tma or split.down_tma)
-    with pytest.raises(SplitConfigError, match="sorted-A"):
-        vllm_0_34.split_configs({"BLOCK_SIZE_M": 16}, {"BLOCK_SIZE_M": 16})
+    # A _down entry runs the down GEMM only with USE_TMA true (its sorted path), on its
+    # tile with the main entry's BLOCK_SIZE_M; a guard entry or none: the main entry alone.
+    for guard in ({"BLOCK_SIZE_M": 64}, {"USE_TMA": False}):
+        split = vllm_0_34.split_configs({"BLOCK_SIZE_M": 16}, guard)
+        assert split.up == split.down == {"BLOCK_SIZE_M": 16} and not split.down_tma
+    split = vllm_0_34.split_configs(
+        {"BLOCK_SIZE_M": 16, "USE_TMA": False},
+        {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "USE_TMA": True},
+    )
+    assert split.down == {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128} and split.down_tma
+    assert split.up == {"BLOCK_SIZE_M": 16, "USE_TMA": False} and not split.up_tma
+    with pytest.raises(SplitConfigError, match="true or false"):
+        vllm_0_34.split_configs({"BLOCK_SIZE_M": 16}, {"USE_TMA": "yes"})
 
 
 class Recorder:
@@ -207,13 +218,17 @@ def test_0_34_passes_the_weight_descriptor_where_it_takes_tma_b(monkeypatch) -> 
     assert "USE_TMA" not in kernel.kwargs  # popped, as 0.34's launcher does
 
 
-def test_0_34_refuses_sglangs_tma_layout_and_a_strided_topk_weights() -> None:
+def test_0_34_refuses_a_sorted_call_it_would_not_take_and_a_strided_topk_weights() -> None:
     from dataclasses import replace
 
     import torch
 
-    with pytest.raises(ValueError, match="TMA"):
+    # The sorted path (its _down.json) needs the alignment, and sm90 exactly.
+    with pytest.raises(ValueError, match="skips the alignment"):
         vllm_0_34.launch(Recorder(), replace(gemm_call(dict(CONFIG)), c_sorted=True))
+    aligned = replace(gemm_call(dict(CONFIG)), sorted_token_ids=torch.zeros(64, dtype=torch.int32))
+    with pytest.raises(ValueError, match="capability 9.0 only"):
+        vllm_0_34.launch(Recorder(), replace(aligned, c_sorted=True), capability=(10, 0))
     weights = torch.ones(3, 4)[:, ::2]
     with pytest.raises(ValueError, match="contiguous"):
         vllm_0_34.launch(Recorder(), replace(gemm_call(dict(CONFIG)), topk_weights=weights))

@@ -167,9 +167,15 @@ def test_use_tma_is_sglang_only_and_required_in_down_tables(payload, engine, dow
         validate_tuned_config(payload, engine, down=down)
 
 
-def test_vllm_has_no_down_table():
-    with pytest.raises(TuneError, match="vllm reads no separate down-GEMM table"):
-        validate_tuned_config({"1": {**ENTRY, "USE_TMA": False}}, "vllm", down=True)
+def test_a_vllm_down_table_holds_pairs_with_use_tma_true_and_guard_entries_alone():
+    # vLLM 0.34's _down.json (moetune.tune.search.split_vllm): a config runs only with
+    # USE_TMA true; elsewhere a guard entry of USE_TMA false alone, as vLLM ships them.
+    validate_tuned_config(
+        {"1": {"USE_TMA": False}, "64": {**ENTRY, "USE_TMA": True}}, "vllm", down=True
+    )
+    for entry in ({**ENTRY, "USE_TMA": False}, ENTRY, {"USE_TMA": True}):
+        with pytest.raises(TuneError, match="batch size 1"):
+            validate_tuned_config({"1": entry}, "vllm", down=True)
 
 
 # tune_split's orchestration (thorough search, filling, confirming) over a scripted GPU.

@@ -4,9 +4,10 @@ SGLang reads two tables per shape: ``<name>.json`` for the gate/up GEMM and
 ``<name>_down.json`` for the down GEMM, whose entries may carry ``"USE_TMA"``.
 One alignment (sort by expert, padded to BLOCK_SIZE_M) feeds both GEMMs, so
 the two configs of one batch size must share BLOCK_SIZE_M. vLLM reads one
-table for both GEMMs today; `moetune.engines.formats.ENGINE_FORMATS` is the one
-place that says so (vLLM plans the same split, vllm-project/vllm#46338: flip its
-row then).
+table for both GEMMs (`moetune.engines.formats.ENGINE_FORMATS` says which engines
+read two), except 0.34 on one serving path: its ``_down.json`` pairs a down config
+with the main file's, searched by `moetune.tune.search.split_vllm` with the same
+search and the same whole-call confirmation.
 
 The selection rule is SGLang's sep tuner's (TUNE-V2): time each GEMM alone,
 keep the fastest config per BLOCK_SIZE_M (over the TMA variants too), then take

@@ -266,13 +266,17 @@ class SeededSplitSearch:
         variants: Sequence[Variant],
         options: FastSplitOptions | None = None,
         notes: list[str] | None = None,
+        fixed: Sequence[Variant] = (),
     ) -> None:
+        # `fixed`: variants that time the single config alone, neither seeded nor climbed
+        # (vLLM's down file: its up GEMM runs the main file's entry, `split_vllm`).
         # A measurer (`measure`, and `measure_stream` to run the batch sizes side by side),
         # or a bare measure function.
         self.measurer = measure if hasattr(measure, "measure") else _Measure(measure)
         self.problem = problem
         self.limits = limits
         self.variants = list(variants)
+        self.fixed = frozenset(fixed)
         self.options = options or FastSplitOptions()
         self.notes = notes if notes is not None else []
         self.dropped: dict[Variant, str] = {}  # variants given up, with the reason
@@ -334,7 +338,9 @@ class SeededSplitSearch:
         config and the seeds but the previous pair (TMA: those its boxes allow)."""
         kind, tma = variant
         ranking = _seed_ranking(space, single, ranking)
-        wanted = [single, *self._seeds(m, space, ranking, None, kind)]
+        wanted = [single]
+        if variant not in self.fixed:
+            wanted += self._seeds(m, space, ranking, None, kind)
         if tma:
             wanted = [c for c in wanted if tma_rule_out(self.problem, kind, c) is None]
         return [Probe(kind, c, tma) for c in dict.fromkeys(wanted)]
@@ -460,7 +466,12 @@ class SeededSplitSearch:
         timings = _Timings()
         ranking = _seed_ranking(space, single, ranking)
         seeds = {
-            variant: [single, *self._seeds(m, space, ranking, previous, variant[0])]
+            variant: [single]
+            + (
+                []
+                if variant in self.fixed
+                else self._seeds(m, space, ranking, previous, variant[0])
+            )
             for variant in self._live()
         }
         yield from self._time(m, timings, seeds)
@@ -514,6 +525,7 @@ class SeededSplitSearch:
             (probe.kind, probe.use_tma)
             for probe in (stalled.up, stalled.down)
             if reduction[probe.kind] >= self.options.paired_min_reduction
+            and (probe.kind, probe.use_tma) not in self.fixed
         }
         if chosen and (yield from self._step_rounds(m, timings, paired, 1, chosen)):
             yield from self._step_rounds(m, timings, one_step, self.options.max_climb_rounds)
@@ -536,7 +548,7 @@ class SeededSplitSearch:
             asked = timings.asked
             steps = {}
             for variant in self._live():
-                if only is not None and variant not in only:
+                if (only is not None and variant not in only) or variant in self.fixed:
                     continue
                 at_block_m = [
                     c for c, _ in timings.best(variant) if c.BLOCK_SIZE_M == choice.block_m
