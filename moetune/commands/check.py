@@ -231,6 +231,20 @@ def _backend_dict(report: Any, engine: str) -> dict[str, Any] | None:
     return None if choice is None else choice.to_dict()
 
 
+def _print_down(item: Any, echo: Any) -> None:
+    """The `_down` file vLLM 0.34 reads beside the engine's file, where it reads one."""
+    down = item.down
+    if down.invalid:
+        echo(f"  _down file INVALID: {down.invalid}")
+    elif down.present:
+        picked = f" (folder {down.triton_folder})" if down.triton_folder else ""
+        echo(f"  _down file FOUND: {down.found}{picked}")
+    else:
+        echo(f"  _down file {down.file_name} missing: {down.fallback}")
+    if item.down_note:
+        echo(f"  ({item.down_note})")
+
+
 def _print(report: Any, checks: list, triton_version: str | None, triton_source: str) -> None:
     from moetune.engines.check import fallback_lines
     from moetune.engines.formats import engine_label
@@ -285,16 +299,7 @@ def _print(report: Any, checks: list, triton_version: str | None, triton_source:
             for line in fallback_lines(item.fallback):
                 echo(f"    {line}")
         if item.down is not None:
-            down = item.down
-            if down.invalid:
-                echo(f"  _down file INVALID: {down.invalid}")
-            elif down.present:
-                picked = f" (folder {down.triton_folder})" if down.triton_folder else ""
-                echo(f"  _down file FOUND: {down.found}{picked}")
-            else:
-                echo(f"  _down file {down.file_name} missing: {down.fallback}")
-            if item.down_note:
-                echo(f"  ({item.down_note})")
+            _print_down(item, echo)
         if not item.present:
             action = "to replace it" if item.invalid else "to fill the gap"
             echo(f"  {action}: {item.tune_command}")
