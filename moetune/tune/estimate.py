@@ -252,16 +252,11 @@ def default_rates() -> Rates:
     return rate_table().default_rates
 
 
-def on_gpu(request: TuneRequest) -> bool:
-    """Whether the run times on GPUs (local devices, or Ray's), not under the interpreter."""
-    return any(d is not None for d in request.devices) or request.backend == "ray"
-
-
 def device_rates(request: TuneRequest, table: RateTable | None = None) -> tuple[Rates, str]:
     """The rates that price `request`'s run and how they were chosen (`MEASURED`,
     `OTHER_GPU` or `CPU`: the last two are the default GPU's rates)."""
     table = table or rate_table()
-    if not on_gpu(request):
+    if not request.on_gpu:
         return table.default_rates, CPU
     found = table.for_device(request.device_name)
     return (found, MEASURED) if found is not None else (table.default_rates, OTHER_GPU)

@@ -92,6 +92,11 @@ class TuneRequest:
     # it reads it (`moetune.tune.search.split_vllm`).
     vllm_deepgemm: bool = False
 
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the run times on GPUs (local devices, or Ray's), not under the interpreter."""
+        return any(d is not None for d in self.devices) or self.backend == "ray"
+
 
 @dataclass(frozen=True)
 class TunePlan:
@@ -355,7 +360,7 @@ def _vllm_file_lines(plan: TunePlan) -> list[str]:
     lines = [f"vLLM file:   for vLLM {release} ({why})"]
     if tma_b_kernel(plan.problem, release) is None:
         return lines
-    if _on_gpu(request):
+    if request.on_gpu:
         lines.append(
             f"             USE_TMA: the {TMA_B_OFF_TOP} fastest per batch size re-timed with "
             "TMA-B off; false only where faster"
@@ -369,11 +374,6 @@ def _vllm_down_lines(plan: TunePlan) -> list[str]:
     from moetune.tune.search.split_vllm import down_plan_lines
 
     return down_plan_lines(plan)
-
-
-def _on_gpu(request: TuneRequest) -> bool:
-    """Whether the run times on GPUs (local devices, or Ray's), not under the interpreter."""
-    return any(d is not None for d in request.devices) or request.backend == "ray"
 
 
 def plan_json(plan: TunePlan) -> dict[str, Any]:
@@ -582,7 +582,7 @@ def _time_tma_b_off(
     from moetune.tune.search.space import tma_b_off_candidates
     from moetune.tune.search.strategy import tma_b_off_round
 
-    if "vllm" not in plan.request.engines or not _on_gpu(plan.request):
+    if "vllm" not in plan.request.engines or not plan.request.on_gpu:
         return  # the interpreter launches no TMA-B: off would time the same launch
     release = vllm_file_release(plan.request.vllm_release)
     fidelity = {m: result.best.fidelity for m, result in found.items()}
@@ -653,7 +653,7 @@ def run_tune(
         verified, runners_up, confirmations = _verify_split_confirm(
             plan, summary, measurer, backend, choices, stages
         )
-        if _on_gpu(request):
+        if request.on_gpu:
             stages.enter("ceilings")
             summary.ceilings = _ceilings(backend, summary.notes)
     finally:
