@@ -54,7 +54,7 @@ def test_the_doc_shows_the_error_moetune_prints(tmp_path):
     "text, message",
     [
         ('{"BLOCK_SIZE_N": [32, 48]}', "BLOCK_SIZE_N, item 2: 48 is not a power of two"),
-        ('{"num_stages": 2.0}', "num_stages: 2.0 is not an integer from 1 to 16"),
+        ('{"num_stages": 2.0}', "num_stages: 2.0 must be an integer: write 2"),
         ('{"GROUP_SIZE_M": 0}', "GROUP_SIZE_M: 0 is not an integer from 1 to 4096"),
         ('{"num_warps": [4, 4]}', "num_warps: [4, 4] has non-unique elements"),
         ('{"BLOCK_M": 16}', "unknown parameter(s) BLOCK_M; expected BLOCK_SIZE_M"),
@@ -62,7 +62,7 @@ def test_the_doc_shows_the_error_moetune_prints(tmp_path):
         (
             '[{"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, '
             '"num_warps": 4, "num_stages": "3"}]',
-            'config 1, num_stages: "3" is not an integer from 1 to 16',
+            'config 1, num_stages: "3" must be an integer: write 3',
         ),
         ('{"num_warps": 3}', "num_warps: 3 is not 1, 2, 4, 8, 16 or 32"),
         ('"all"', "expected a mapping of parameter -> values or a list of configs, got str"),
