@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stand_ins import stand_in_release  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_FILE = ROOT / "bench" / "vllm_configs" / "E=128,N=768,device_name=NVIDIA_H200.json"
@@ -166,17 +167,6 @@ def test_repeat_times_interleaved_rounds_and_reports_intervals(tmp_path):
     assert "median us of 3 interleaved rounds" in table.stdout
 
 
-STAND_IN_KERNEL = """\
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def fused_moe_kernel(a_ptr, BLOCK_SIZE_M: tl.constexpr):
-    pass
-"""
-
-
 @pytest.mark.parametrize("repeat", [1, 3])
 def test_each_engines_files_are_timed_on_that_engines_own_kernel(tmp_path, monkeypatch, repeat):
     """--engine both --kernel auto with both engines installed: vLLM's fallback and file on
@@ -191,8 +181,9 @@ def test_each_engines_files_are_timed_on_that_engines_own_kernel(tmp_path, monke
     from moetune.tune.measure import worker
     from moetune.tune.measure.timing import Outcome
 
+    # The kernel file of vLLM 0.33.0's interface (SGLang's launch declares none to check).
     source = tmp_path / "fused_moe.py"
-    source.write_text(STAND_IN_KERNEL)
+    source.write_text(stand_in_release(launch.vllm_0_33))
     releases = {"vllm": "0.33.0", "sglang": "0.5.23"}
 
     def both_installed(engine):
@@ -201,9 +192,6 @@ def test_each_engines_files_are_timed_on_that_engines_own_kernel(tmp_path, monke
         )
 
     resolve = launch.benchmark_kernel
-    # The stand-in kernel is no release's: its interface is taken as the one each launch
-    # was written for (the interface check has its own tests).
-    monkeypatch.setattr(launch, "interface_change_at", lambda module, source: None)
     monkeypatch.setattr(
         launch,
         "benchmark_kernel",
