@@ -128,6 +128,7 @@ def test_a_batch_size_key_in_unicode_digits_is_a_one_line_error(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_repeat_times_interleaved_rounds_and_reports_intervals(tmp_path):
     """--repeat 3 on the CPU (interpreter): medians over the rounds, their intervals, and
     the file's speedup over each baseline with its interval, in the JSON and the table."""

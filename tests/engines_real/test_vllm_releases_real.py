@@ -115,6 +115,7 @@ def tiny_tune(site: Path, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 
+@pytest.mark.slow
 def test_an_unseen_release_whose_kernel_gained_a_parameter_tunes_on_the_twin(vllm, tmp_path):  # noqa: ANN001, ANN201
     site = unseen_release(vllm, tmp_path / "site", "0.35.0", gained="b_extra_ptr")
     result = tiny_tune(site, tmp_path / "out")
