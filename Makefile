@@ -11,7 +11,8 @@ ENGINES_DIR ?= .engines
 ENGINE_WHEELS ?=
 ENGINE_SITES ?= vllm==0.33.0,sglang==0.5.23 vllm==0.34.0,sglang==0.5.23
 # pytest-xdist workers: auto is one per CPU core. loadgroup: the tests marked with one
-# xdist_group (those sharing an expensive module fixture) run on one worker. The 15 slowest
+# xdist_group (those sharing an expensive module fixture) run on one worker; the others go one
+# by one to the next free worker, those marked slow first (tests/conftest.py). The 15 slowest
 # tests are listed at the end: the suite should stay under 8 minutes on CI's 2 cores.
 TEST_WORKERS ?= auto
 

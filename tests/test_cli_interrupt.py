@@ -23,6 +23,8 @@ import pytest
 from moetune.tune.measure.worker import FAULTS_ENV
 from moetune.tune.store import STORE_FILENAME, ResultStore
 
+# Each test is a real CPU tune, stopped midway (and one resumed): slow, so started first.
+pytestmark = pytest.mark.slow
 DATA = Path(__file__).parent / "tune" / "data"
 # 3 candidates at one batch size + the default config.
 MEASUREMENTS = 4
@@ -133,8 +135,12 @@ def test_signal_to_the_process_group_stops_the_tune_quietly(tmp_path, signum, co
     if signum != signal.SIGINT:
         return  # resuming does not depend on how the run was stopped; once is enough
 
-    rerun = subprocess.run(
-        tune_command(tmp_path, "--json"), capture_output=True, text=True, env=env, timeout=300
+    rerun = subprocess.run(  # no confirmation round: the resumed search is what is checked
+        tune_command(tmp_path, "--confirm-rounds", "0", "--json"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert rerun.returncode == 0, rerun.stderr
     summary = json.loads(rerun.stdout)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from moetune.cli import cli
@@ -101,11 +102,13 @@ def test_lists_are_refused_where_one_layout_is_meant():
     assert "`moetune tune`" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_sweep_tunes_each_shape_once_and_says_which_layouts_each_file_serves(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "moetune", *args("--tp", "1,2", "--dtype", "auto,bf16")]
     command += ["--batch-size", "2", "--search", "exhaustive", "--save-dir", str(tmp_path)]
     command += ["--engine", "vllm"]  # no SGLang split tune: 4 measurements per shape
+    command += ["--confirm-rounds", "0"]  # the sweep is checked, not the confirmation
     result = subprocess.run([*command, "--json"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)

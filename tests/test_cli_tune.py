@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from moetune.cli import cli
@@ -103,11 +104,11 @@ def test_dry_run_json(tmp_path):
     assert sglang["seeded_from"] == vllm["problem"]  # a transfer search from vLLM's results
 
 
-def test_a_model_added_by_a_user_yaml_tunes_without_code_change(tmp_path):
+def test_a_model_added_by_a_user_yaml_tunes_without_code_change(tmp_path, moetune_in_process):
     # The README's worked example: AcmeMoE is unknown to the built-in registry.
     acme = Path(__file__).parent.parent / "examples" / "acme"
     args = ["tune", "--model", str(acme / "config.json"), "--tp", "4", "--ep", "--dry-run"]
-    unknown = moetune([*args, "--save-dir", str(tmp_path)])
+    unknown = moetune_in_process([*args, "--save-dir", str(tmp_path)])
     assert unknown.returncode == 1
     assert unknown.stderr.startswith("Error: unknown architecture 'AcmeMoeForCausalLM'")
     assert unknown.stderr.count("\n") == 1
@@ -138,17 +139,21 @@ def test_tune_without_a_gpu_or_the_interpreter_stops_before_any_work(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_model_is_one_line_error(tmp_path):
-    result = moetune(["tune", "--model", str(tmp_path / "nope"), "--dry-run"])
+def test_bad_model_is_one_line_error(tmp_path, moetune_in_process):
+    result = moetune_in_process(["tune", "--model", str(tmp_path / "nope"), "--dry-run"])
     assert result.returncode == 1
     assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
     from moetune.engines.tuned_file import validate_tuned_config
 
     env = {FAULTS_ENV: "crash:BLOCK_SIZE_N=64"}
-    result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--json"), env=env)
+    # One confirmation round: the crashing vLLM fallback goes through it too (each round costs
+    # a worker respawn per batch size); the rounds' statistics are tests/tune/test_confirm.py's.
+    args = tune_args(tmp_path, "--search", "exhaustive", "--confirm-rounds", "1", "--json")
+    result = moetune(args, env=env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     # Neither engine is installed: vLLM's file on moetune's twin of vLLM's kernel, then
@@ -199,6 +204,7 @@ def test_tune_survives_a_crashing_candidate_and_writes_both_engines(tmp_path):
     assert f"100% {vllm['measured'] + sglang['measured']} timed" in result.stderr
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_and_measures_only_what_is_missing(tmp_path):
     store_path = tmp_path / STORE_FILENAME
     process = subprocess.Popen(
@@ -224,7 +230,9 @@ def test_killed_run_resumes_and_measures_only_what_is_missing(tmp_path):
     kept = len(ResultStore(store_path).all())
     assert 2 <= kept < MEASUREMENTS
 
-    result = moetune(tune_args(tmp_path, "--search", "exhaustive", "--engine", "vllm", "--json"))
+    # No confirmation round: what is resumed is the search's store, not the confirmation's.
+    resumed = ("--search", "exhaustive", "--engine", "vllm", "--confirm-rounds", "0", "--json")
+    result = moetune(tune_args(tmp_path, *resumed))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["reused"] == kept
@@ -268,10 +276,10 @@ def test_benchmark_times_default_and_files_side_by_side(tmp_path):
     assert report["kernels"]["sglang"]["engine"] == "sglang" and report["kernels"]["sglang"]["twin"]
 
 
-def test_benchmark_rejects_a_malformed_config_file(tmp_path):
+def test_benchmark_rejects_a_malformed_config_file(tmp_path, moetune_in_process):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16}}))
-    result = moetune(["benchmark", "--model", MODEL, "--config", str(bad)])
+    result = moetune_in_process(["benchmark", "--model", MODEL, "--config", str(bad)])
     assert result.returncode == 1
     assert result.stderr.startswith(f"Error: {bad}: batch size 1: config")
 
@@ -279,10 +287,12 @@ def test_benchmark_rejects_a_malformed_config_file(tmp_path):
 QUANT = Path(__file__).resolve().parent.parent / "moetune" / "catalog"
 
 
-def test_dry_run_refuses_a_kernel_tune_cannot_time_in_one_line(tmp_path):
+def test_dry_run_refuses_a_kernel_tune_cannot_time_in_one_line(tmp_path, moetune_in_process):
     # static (checkpoint) activation scales: the kernel computes them on the fly only
     static = str(QUANT / "mistralai__Mistral-Small-4-119B-2603.json")
-    result = moetune(["tune", "--model", static, "--dry-run", "--save-dir", str(tmp_path)])
+    result = moetune_in_process(
+        ["tune", "--model", static, "--dry-run", "--save-dir", str(tmp_path)]
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
@@ -320,15 +330,19 @@ def install_args(save_dir, *extra):
     return [*tune_args(save_dir, "--engine", "vllm", "--install", "vllm"), *extra]
 
 
-def test_install_needs_an_engine_or_a_dir_and_says_so_before_tuning(tmp_path):
-    result = moetune(install_args(tmp_path / "out"))
+def test_install_needs_an_engine_or_a_dir_and_says_so_before_tuning(tmp_path, moetune_in_process):
+    no_engine_folders = {"VLLM_TUNED_CONFIG_FOLDER": None, "SGLANG_MOE_CONFIG_DIR": None}
+    result = moetune_in_process(install_args(tmp_path / "out"), env=no_engine_folders)
     assert result.returncode == 1
     assert result.stderr.startswith("Error: --install vllm: vLLM is not installed here")
     assert "--install-dir" in result.stderr and not (tmp_path / "out").exists()
-    result = moetune(tune_args(tmp_path / "out", "--install", "sglang", "--engine", "vllm"))
+    result = moetune_in_process(
+        tune_args(tmp_path / "out", "--install", "sglang", "--engine", "vllm")
+    )
     assert result.returncode == 2 and "needs --engine" in result.stderr
 
 
+@pytest.mark.slow
 def test_install_copies_into_the_env_folder_and_never_clobbers(tmp_path):
     engine = tmp_path / "engine"
     env = {"VLLM_TUNED_CONFIG_FOLDER": str(engine)}
@@ -347,17 +361,21 @@ def test_install_copies_into_the_env_folder_and_never_clobbers(tmp_path):
 
     other = json.dumps({"1": {**json.loads(installed.read_text())["2"], "num_stages": 5}})
     installed.write_text(other)  # someone else's file
-    refused = moetune(install_args(tmp_path / "out"), env=env)
+    refused = moetune(install_args(tmp_path / "out", "--confirm-rounds", "0"), env=env)
     assert refused.returncode == 1 and "--overwrite-installed" in refused.stderr
     assert installed.read_text() == other
 
-    replaced = moetune(install_args(tmp_path / "out", "--overwrite-installed", "--json"), env=env)
+    replaced = moetune(
+        install_args(tmp_path / "out", "--overwrite-installed", "--json", "--confirm-rounds", "0"),
+        env=env,
+    )
     assert replaced.returncode == 0, replaced.stderr
     (done,) = json.loads(replaced.stdout)["installed"]
     assert done["status"] == "replaced" and Path(done["backup"]).read_text() == other
     assert installed.read_text() == (tmp_path / "out" / VLLM_NAME).read_text()
 
 
+@pytest.mark.slow
 def test_install_dir_prints_the_export_line(tmp_path):
     result = moetune(install_args(tmp_path / "out", "--install-dir", str(tmp_path / "mine")))
     assert result.returncode == 0, result.stderr

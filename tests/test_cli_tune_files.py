@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "tune" / "data"
 VLLM_NAME = "E=4,N=32,device_name=NVIDIA_H200.json"
@@ -38,6 +40,7 @@ def tune(save_dir, env, cwd, space=DATA / "tiny-space.json", *extra):
     )
 
 
+@pytest.mark.slow
 def test_a_different_file_the_engine_loads_from_save_dir_is_kept_as_a_backup(tmp_path):
     # vLLM loads DIR/<name> today (the plan compares with it), and the tune writes into DIR.
     folder = tmp_path / "engine"
@@ -46,8 +49,11 @@ def test_a_different_file_the_engine_loads_from_save_dir_is_kept_as_a_backup(tmp
     old = json.dumps({"1": ROW}, indent=2) + "\n"
     theirs.write_text(old)
     env = {"VLLM_TUNED_CONFIG_FOLDER": str(folder)}
+    # No confirmation round: the rerun below then writes what the first run wrote, from the
+    # store alone (on the CPU's wall clock a confirmation may flip a tie between the runs).
+    no_confirmation = ("--confirm-rounds", "0")
 
-    result = tune(folder, env, tmp_path)
+    result = tune(folder, env, tmp_path, DATA / "tiny-space.json", *no_confirmation)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     (backup,) = folder.glob(f"{VLLM_NAME}.bak-*")
@@ -61,7 +67,7 @@ def test_a_different_file_the_engine_loads_from_save_dir_is_kept_as_a_backup(tmp
 
     # Rewriting moetune's own identical output (everything comes from the store) keeps no copy.
     written = theirs.read_text()
-    again = tune(folder, env, tmp_path)
+    again = tune(folder, env, tmp_path, DATA / "tiny-space.json", *no_confirmation)
     assert again.returncode == 0, again.stderr
     assert list(folder.glob(f"{VLLM_NAME}.bak-*")) == [backup]
     assert theirs.read_text() == written

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from test_cli_tune import DATA, QUANT, moetune, tune_args  # tests/ is on sys.path
 
@@ -32,8 +33,10 @@ def test_int4_dry_run_shows_group_size_pruning_and_files(tmp_path):
     assert "E=4,N=16,device_name=NVIDIA_H200,dtype=int4_w4a16.json" in names[1:]
 
 
-def test_int4_group_size_defaults_to_128_and_can_leave_nothing_to_tune(tmp_path):
-    result = moetune(tune_args(tmp_path, "--dry-run", "--dtype", "int4_w4a16"))
+def test_int4_group_size_defaults_to_128_and_can_leave_nothing_to_tune(
+    tmp_path, moetune_in_process
+):
+    result = moetune_in_process(tune_args(tmp_path, "--dry-run", "--dtype", "int4_w4a16"))
     assert result.returncode == 1
     # Group 128 > K=64: the rule says why, rather than "widen the search space".
     assert (
@@ -65,21 +68,27 @@ def test_per_channel_fp8_and_int8_dry_runs(tmp_path):
     assert result.stderr == ""
 
 
-def test_quantization_options_that_do_not_fit_are_one_line_errors(tmp_path):
+def test_quantization_options_that_do_not_fit_are_one_line_errors(tmp_path, moetune_in_process):
     for extra, message in (
         (("--dtype", "bf16", "--group-size", "64"), "--group-size applies to int4_w4a16"),
         (("--dtype", "int4_w4a16", "--per-channel-quant"), "--per-channel-quant applies to"),
         (("--dtype", "int8_w8a8", "--engine", "vllm"), "vLLM looks int8_w8a8 configs up"),
     ):
-        result = moetune(tune_args(tmp_path, "--dry-run", *extra))
+        result = moetune_in_process(tune_args(tmp_path, "--dry-run", *extra))
         assert result.returncode == 1, (extra, result.stderr)
         last = result.stderr.strip().splitlines()[-1]
         assert last.startswith("Error: ") and message in last, result.stderr
         assert "Traceback" not in result.stderr
 
 
+# The confirmation round is not what these tunes are about (tests/tune/test_confirm.py): none.
+NO_CONFIRMATION = ("--confirm-rounds", "0")
+
+
+@pytest.mark.slow
 def test_int4_tune_runs_and_writes_valid_files(tmp_path):
-    result = moetune(tune_args(tmp_path, "--dtype", "int4_w4a16", "--group-size", "32", "--json"))
+    int4 = ("--dtype", "int4_w4a16", "--group-size", "32", *NO_CONFIRMATION, "--json")
+    result = moetune(tune_args(tmp_path, *int4))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     # The winner is a searched candidate or an engine baseline that competed (vLLM's int4
@@ -98,10 +107,11 @@ def test_int4_tune_runs_and_writes_valid_files(tmp_path):
     validate_tuned_config(sglang, "sglang")
 
 
+@pytest.mark.slow
 def test_int8_w8a8_tune_runs_and_writes_only_sglangs_file(tmp_path):
     """Per-channel weights and per-token int8 activations through the whole tuner, the
     SGLang split probes (up / down GEMMs alone) included."""
-    result = moetune(tune_args(tmp_path, "--dtype", "int8_w8a8", "--json"))
+    result = moetune(tune_args(tmp_path, "--dtype", "int8_w8a8", *NO_CONFIRMATION, "--json"))
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert all(row["rel_rms"] is not None and row["rel_rms"] < 6e-2 for row in summary["results"])

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
+from stand_ins import stand_in_release, stand_in_vllm  # tests/ is on sys.path
 
 from moetune.cli import cli, main
 from moetune.device import DeviceLimits
@@ -60,21 +61,6 @@ def kernel_file(tmp_path: Path) -> Path:
     path = tmp_path / "fused_moe.py"
     path.write_text(STAND_IN_KERNEL)
     return path
-
-
-def stand_in_release(module, gained: str | None = None) -> str:  # noqa: ANN001
-    """A kernel file with the interface release `module` declares (its launcher reading
-    the declared config keys); `gained`: one more positional parameter after the first."""
-    interface = module.INTERFACE
-    parameters = [p.replace(": constexpr", ": tl.constexpr") for p in interface.parameters]
-    if gained:
-        parameters.insert(1, gained)
-    reads = "".join(f"    config.get({key!r})\n" for key in sorted(interface.config_keys))
-    return (
-        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-        f"def {interface.kernel}({', '.join(parameters)}):\n    pass\n\n\n"
-        f"def {interface.launcher}(config):\n{reads}"
-    )
 
 
 @pytest.fixture
@@ -372,21 +358,8 @@ def test_tune_kernel_vllm_without_vllm_is_one_line(capsys) -> None:  # noqa: ANN
     )
 
 
-def stand_in_vllm(site: Path, kernel_text: str) -> None:
-    """A ``pip install --no-deps`` of vLLM 0.33.0 as find_installed sees it."""
-    (site / "vllm").mkdir(parents=True)
-    (site / "vllm" / "__init__.py").write_text("raise ImportError('never imported')\n")
-    dist = site / "vllm-0.33.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
-    fused_moe = site / "vllm" / "model_executor" / "layers" / "fused_moe"
-    fused_moe.mkdir(parents=True)
-    (fused_moe / "fused_moe.py").write_text(kernel_text)
-    (fused_moe / "configs").mkdir()
-
-
 def test_tune_plan_names_the_installed_engines_kernel(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    stand_in_vllm(tmp_path, stand_in_release(vllm_0_33))
+    stand_in_vllm(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)  # find_spec reads it first
     result = CliRunner().invoke(

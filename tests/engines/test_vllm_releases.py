@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from stand_ins import stand_in_release  # tests/ is on sys.path
 
 from moetune.engines.launch import (
     KernelChoiceError,
@@ -19,7 +20,6 @@ from moetune.engines.launch import (
 from moetune.engines.launch.common import GemmCall
 from moetune.engines.launch.interface import interface_change, read_interface
 from moetune.kernel.tma import SplitConfigError
-from tests.engines.test_launch import stand_in_release
 
 BLOCK_FP8 = ("fp8_w8a8", (128, 128))
 

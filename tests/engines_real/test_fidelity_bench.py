@@ -11,6 +11,7 @@ pytestmark = [pytest.mark.engines, pytest.mark.reads_only("sglang")]
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [False, True])
 def test_fidelity_times_the_sglang_twin_and_sglangs_kernel_side_by_side(
     tmp_path, monkeypatch, sglang_installed, split

@@ -24,10 +24,21 @@ def no_streams_between_tests(monkeypatch):
 TRITON_POINTER_ALIGN = 16  # Triton specializes a pointer argument on this divisibility
 
 
+_FRESH = {}  # (problem, batch size) -> (its feed, what it drew so far)
+
+
 def fresh_draws(count, problem=PROBLEM, batch_size=M):
-    """What a bench drew for itself before the stream: one feed, drawn in order."""
-    feed = RoutingFeed(problem, batch_size, torch.device("cpu"), 0)
-    return [feed.next() for _ in range(count)]
+    """What a bench drew for itself before the stream: one feed, drawn in order.
+
+    Each (problem, batch size) has one feed, drawn further as needed: the tests of one
+    shape compare with the same draws, drawn once (at E=128, top-k 8 the interpreter takes
+    most of a second a draw)."""
+    feed, drawn = _FRESH.setdefault(
+        (problem, batch_size), (RoutingFeed(problem, batch_size, torch.device("cpu"), 0), [])
+    )
+    while len(drawn) < count:
+        drawn.append(feed.next())
+    return drawn[:count]
 
 
 def run_schedule(bench, calls, replays):
@@ -109,6 +120,7 @@ def test_streams_past_the_byte_budget_drop_the_least_recently_used(monkeypatch):
     )
 
 
+@pytest.mark.xdist_group("routing_draws")  # one worker: each shape's draws are drawn once
 @pytest.mark.parametrize("kind", ["up", "down", "whole"])
 @pytest.mark.parametrize(
     "batch_size, experts, top_k", [(1, 8, 2), (3, 8, 3), (24, 128, 8), (5, 60, 6)]

@@ -186,9 +186,9 @@ def test_the_file_an_engine_would_load_is_timed_too(tmp_path, monkeypatch):
     )
     monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(existing))
     monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
-    plan = make_plan(
-        request(tmp_path / "out", batch_sizes=(2,), engines=("vllm",)), DeviceLimits.h200()
-    )
+    # The search times the file's config as a baseline (no confirmation: the tests below).
+    only_vllm = request(tmp_path / "out", batch_sizes=(2,), engines=("vllm",), confirm_rounds=0)
+    plan = make_plan(only_vllm, DeviceLimits.h200())
     summary = run_tune(plan)
     assert [b.key for b in summary.baselines] == ["vllm_fallback", "vllm_file"]
     assert summary.baselines[1].configs == {2: A}

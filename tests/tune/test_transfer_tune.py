@@ -30,6 +30,7 @@ from moetune.tune.store import ResultStore
 from moetune.tune.sweep import plan_sweep, run_sweep, sweep_json, sweep_lines
 
 sys.path.insert(0, str(Path(__file__).parent))
+from stand_ins import stand_in_vllm  # noqa: E402
 from synthetic import OtherKernelGPU, SyntheticGPU  # noqa: E402
 
 VLLM = KernelRef("vllm", "0.33.0", "0.33.0", "/site/vllm/fused_moe.py", "f37773a8ca2c")
@@ -237,30 +238,6 @@ def test_an_interrupted_transfer_resumes_without_timing_anything_twice(tmp_path)
     assert whole_timings(resumed.log, "vllm") == []  # the first plan: all from the store
     both = Counter(stopped.log + resumed.log)
     assert max(both.values()) == 1  # the transfer picked up where it stopped
-
-
-def stand_in_vllm(site):
-    """vLLM 0.33.0 as `find_installed` sees a ``pip install --no-deps`` of it."""
-    (site / "vllm").mkdir(parents=True)
-    (site / "vllm" / "__init__.py").write_text("raise ImportError('never imported')\n")
-    dist = site / "vllm-0.33.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
-    fused_moe = site / "vllm" / "model_executor" / "layers" / "fused_moe"
-    fused_moe.mkdir(parents=True)
-    # The kernel's and launcher's interface as 0.33.0's launch declares it (the interface
-    # check reads the file; nothing in it runs on a dry run).
-    from moetune.engines.launch import vllm_0_33
-
-    interface = vllm_0_33.INTERFACE
-    parameters = [p.replace(": constexpr", ": tl.constexpr") for p in interface.parameters]
-    reads = "".join(f"    config.get({key!r})\n" for key in sorted(interface.config_keys))
-    (fused_moe / "fused_moe.py").write_text(
-        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-        f"def {interface.kernel}({', '.join(parameters)}):\n    pass\n\n\n"
-        f"def {interface.launcher}(config):\n{reads}"
-    )
-    (fused_moe / "configs").mkdir()
 
 
 @pytest.mark.parametrize("search", ["fast", "thorough"])

@@ -49,6 +49,7 @@ def test_classify_by_exception_type():
     assert classify(ValueError("x")) == "runtime_error"
 
 
+@pytest.mark.slow
 def test_every_fault_is_recorded_and_the_sweep_goes_on(monkeypatch):
     monkeypatch.setenv(FAULTS_ENV, FAULTS)
     units = [
@@ -78,6 +79,7 @@ def test_every_fault_is_recorded_and_the_sweep_goes_on(monkeypatch):
     assert "relative RMS error" in verified[AFTER].error
 
 
+@pytest.mark.slow
 def test_workers_are_recycled_after_their_quota():
     units = [WorkUnit(PROBLEM, 2, (GOOD,), "warm"), WorkUnit(PROBLEM, 2, (AFTER,), "warm")]
     with WorkerPool([None], recycle_after=1) as pool:
@@ -90,6 +92,7 @@ def test_workers_are_recycled_after_their_quota():
     assert [o.status for o in outcomes] == ["ok"]
 
 
+@pytest.mark.slow
 def test_a_run_left_midway_hands_the_next_run_none_of_its_outcomes():
     """A caller that stops reading (an error in its follow-up hook, a search that failed)
     leaves no unit behind in a worker for the next run to read as its own."""
