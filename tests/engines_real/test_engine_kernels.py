@@ -9,6 +9,7 @@ interpreter's bf16 dot is wrong, see moetune/kernel/fused_moe_kernel.py), on vLL
 aligned and naive (decode) paths and, forced, with SWAP_AB and 8-row tiles.
 """
 
+import os
 import shutil
 from dataclasses import replace
 
@@ -25,6 +26,9 @@ from moetune.kernel.fused_moe import fused_moe
 from moetune.kernel.naive import naive_fused_moe
 from moetune.kernel.problem import make_problem
 from moetune.tune.measure.verify import compare
+
+# Interpreter tests build their tensors on the CPU; `make test-gpu` runs them on the GPU.
+DEVICE = "cuda" if os.environ.get("MOETUNE_GPU_TESTS") == "1" else "cpu"
 
 pytestmark = pytest.mark.engines
 
@@ -48,7 +52,7 @@ def engine_gemm(engine: str, capability=None) -> EngineGemm:  # noqa: ANN001
 
 
 def check(gemm, M, E, dtype, cfg, block_shape=None, N=48, K=64, top_k=2):  # noqa: ANN001
-    p = make_problem(M, E, N, K, top_k, dtype, block_shape=block_shape, device="cpu", seed=3)
+    p = make_problem(M, E, N, K, top_k, dtype, block_shape=block_shape, device=DEVICE, seed=3)
     out = fused_moe(p.x, p.w1, p.w2, p.router_logits, top_k, config=cfg, quant=p.quant, gemm=gemm)
     ref = naive_fused_moe(p.x, p.w1, p.w2, p.router_logits, top_k, quant=p.quant)
     result = compare(out, ref, dtype)

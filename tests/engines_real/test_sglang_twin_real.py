@@ -10,6 +10,7 @@ out: the interpreter has no gdc_wait). SASS identity is bench/sass_loop.py --sgl
 """
 
 import inspect
+import os
 
 import pytest
 import torch
@@ -22,6 +23,9 @@ from moetune.kernel.fused_moe import fused_moe, quantize_activation
 from moetune.kernel.fused_moe_kernel_sglang import fused_moe_kernel as twin
 from moetune.kernel.naive import naive_routing
 from moetune.kernel.problem import make_problem
+
+# Interpreter tests build their tensors on the CPU; `make test-gpu` runs them on the GPU.
+DEVICE = "cuda" if os.environ.get("MOETUNE_GPU_TESTS") == "1" else "cpu"
 
 pytestmark = [pytest.mark.engines, pytest.mark.reads_only("sglang")]
 PDL_KEYS = ("USE_GDC", "GDC_EARLY", "launch_pdl")
@@ -70,7 +74,7 @@ def gemm_call(dtype, block_shape=None, *, down, tma="", bm=16, bn=32, bk=32, K=8
     `tma`: "w" (B by descriptor), "c" (the up GEMM's C sorted), "aw" (the down GEMM's A,
     sorted, and B by descriptor)."""
     M, E, N, top_k = 7, 4, 48, 2
-    p = make_problem(M, E, N, K, top_k, dtype, block_shape, device="cpu", seed=bm + bn, **extra)
+    p = make_problem(M, E, N, K, top_k, dtype, block_shape, device=DEVICE, seed=bm + bn, **extra)
     weights, ids = naive_routing(p.router_logits, top_k)
     sorted_ids, expert_ids, num_post = align_block_size(ids, bm, E)
     slots, padded = M * top_k, sorted_ids.shape[0]
@@ -180,7 +184,7 @@ def test_twin_computes_what_sglang_computes_with_swap_ab(sglang_kernel, block_sh
 
 
 def test_whole_layer_on_the_twin_is_the_layer_on_sglangs_kernel(sglang_kernel) -> None:  # noqa: ANN001
-    p = make_problem(9, 8, 48, 80, 2, "fp16", device="cpu", seed=2)
+    p = make_problem(9, 8, 48, 80, 2, "fp16", device=DEVICE, seed=2)
 
     class Launcher:
         def __init__(self, kernel) -> None:  # noqa: ANN001

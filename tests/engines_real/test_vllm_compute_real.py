@@ -38,6 +38,9 @@ from moetune.kernel.fused_moe import fused_experts
 from moetune.kernel.problem import make_problem
 from tests.engines_real.test_sglang_launch_real import Log, Recorder, compile_functions, described
 
+# Interpreter tests build their tensors on the CPU; `make test-gpu` runs them on the GPU.
+DEVICE = "cuda" if os.environ.get("MOETUNE_GPU_TESTS") == "1" else "cpu"
+
 pytestmark = [pytest.mark.engines, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
 GPU = os.environ.get("MOETUNE_GPU_TESTS") == "1"
@@ -198,7 +201,7 @@ def moetune_layer(dtype, block_shape, per_channel, checkpoint, M, capability, bm
     """moetune's two GEMM calls and launches of one layer (E 8, top-k 2, N 128, K 256)."""
     E, N, K, top_k = 8, 128, 256, 2
     p = make_problem(
-        M, E, N, K, top_k, dtype, block_shape, device="cpu", per_channel=per_channel,
+        M, E, N, K, top_k, dtype, block_shape, device=DEVICE, per_channel=per_channel,
         checkpoint_dtype=checkpoint,
     )  # fmt: skip
     if dtype in ("bf16", "fp16"):

@@ -8,6 +8,7 @@ the path on is refused. Block fp8 [128, 128] with BLOCK_SIZE_N 256 (0.34's per-t
 does not compile on Triton 3.9 with a BLOCK_SIZE_N dividing the block).
 """
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -19,6 +20,9 @@ from moetune.kernel.naive import naive_fused_moe
 from moetune.kernel.probe import Probe
 from moetune.kernel.problem import make_problem
 from moetune.tune.measure.verify import compare
+
+# Interpreter tests build their tensors on the CPU; `make test-gpu` runs them on the GPU.
+DEVICE = "cuda" if os.environ.get("MOETUNE_GPU_TESTS") == "1" else "cpu"
 
 pytestmark = [pytest.mark.engines, pytest.mark.release(vllm="0.34.0")]
 
@@ -45,7 +49,7 @@ def _gemm_and_calls(monkeypatch):
 
 def _run(gemm, down_config, m=M, experts=E):
     p = make_problem(
-        m, experts, N, K, TOP_K, "fp8_w8a8", block_shape=(128, 128), device="cpu", seed=3
+        m, experts, N, K, TOP_K, "fp8_w8a8", block_shape=(128, 128), device=DEVICE, seed=3
     )
     out = fused_moe(
         p.x, p.w1, p.w2, p.router_logits, TOP_K,

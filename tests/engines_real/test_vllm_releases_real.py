@@ -28,6 +28,8 @@ from moetune.kernel.problem import make_problem
 from moetune.tune.measure.verify import compare
 
 pytestmark = pytest.mark.engines
+# Interpreter tests build their tensors on the CPU; `make test-gpu` runs them on the GPU.
+DEVICE = "cuda" if os.environ.get("MOETUNE_GPU_TESTS") == "1" else "cpu"
 ROOT = Path(__file__).resolve().parent.parent.parent
 TINY = ROOT / "tests" / "tune" / "data"
 
@@ -46,7 +48,7 @@ def config(bm=16, bn=32, bk=32):  # noqa: ANN001, ANN201
 
 
 def check(gemm, M, E, dtype, cfg, block_shape=None, N=64, K=64, top_k=2) -> None:  # noqa: ANN001
-    p = make_problem(M, E, N, K, top_k, dtype, block_shape=block_shape, device="cpu", seed=5)
+    p = make_problem(M, E, N, K, top_k, dtype, block_shape=block_shape, device=DEVICE, seed=5)
     out = fused_moe(p.x, p.w1, p.w2, p.router_logits, top_k, config=cfg, quant=p.quant, gemm=gemm)
     ref = naive_fused_moe(p.x, p.w1, p.w2, p.router_logits, top_k, quant=p.quant)
     result = compare(out, ref, dtype)
@@ -106,7 +108,9 @@ def unseen_release(vllm, site: Path, version: str, gained: str | None = None) ->
 
 
 def tiny_tune(site: Path, out: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(site), TRITON_INTERPRET="1")
+    # The site first; what the caller's path holds (a carried jsonschema) after it.
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, TRITON_INTERPRET="1")
     command = [
         sys.executable, "-m", "moetune", "tune", "--model", str(TINY / "tiny-moe"), "--tp", "1",
         "--space", str(TINY / "tiny-space.json"), "--batch-size", "1,4", "--engine", "vllm",
