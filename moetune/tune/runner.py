@@ -894,7 +894,9 @@ def _write_files(plan: TunePlan, summary: TuneSummary) -> list[Path]:
         )
         if engine == "vllm" and summary.vllm_down:
             from moetune.tune.output import engine_file_path
-            from moetune.tune.search.split_vllm import write_down_file
+            from moetune.tune.search.split_vllm import settle, write_down_file
+
+            summary.vllm_down = settle(results, summary.vllm_down)
 
             main = engine_file_path(
                 engine, plan.problem, request.device_name, request.triton_version, request.save_dir

@@ -27,6 +27,7 @@ from moetune.tune.search.split_vllm import (
     down_file_refusal,
     down_plan_lines,
     down_table,
+    settle,
     tunes_down_file,
 )
 
@@ -329,3 +330,20 @@ def test_install_takes_the_down_file_this_run_wrote(tmp_path):
         path.write_text("{}")
     assert engine_files("vllm", main, [main, down]) == [main, down]
     assert engine_files("vllm", main, [main]) == [main]  # an earlier run's stays behind
+
+
+def test_a_pair_timed_with_an_up_config_the_confirmation_replaced_is_not_claimed(tmp_path):
+    """The confirmation may keep another finalist for the vLLM file than the one the pair was
+    searched with (an H100 run, 2026-12-05: M = 2048 and 4096); vLLM would pair the down
+    config with that other up GEMM, so the pair is not written, and the summary says so."""
+    summary = run_tune(make_plan(_request(tmp_path), H200), backend=DownPairBackend(ON_034))
+    split = [r for r in summary.vllm_down if r.split]
+    assert split
+    other = {r.batch_size: r.single for r in summary.vllm_down}
+    replaced = split[0].batch_size
+    other[replaced] = replace(other[replaced], GROUP_SIZE_M=other[replaced].GROUP_SIZE_M * 2)
+    settled = {r.batch_size: r for r in settle(other, summary.vllm_down)}
+    assert settled[replaced].split is False
+    assert "the confirmation kept another config" in settled[replaced].stopped
+    assert all(settled[r.batch_size] == r for r in split[1:])
+    assert down_table(other, list(settled.values())) == down_table(other, summary.vllm_down)

@@ -244,6 +244,23 @@ def won(result: SplitResult, main_entry: Candidate | None) -> Probe | None:
     return pair
 
 
+def settle(results: Mapping[int, Candidate], pairs: Sequence[SplitResult]) -> list[SplitResult]:
+    """`pairs` as the ``_down.json`` will hold them: a pair timed with an up config that the
+    confirmation did not keep for the vLLM file is not written (vLLM would pair its down
+    config with another up GEMM), so its result says so instead of claiming the split."""
+    settled = []
+    for result in pairs:
+        if result.split and won(result, results.get(result.batch_size)) is None:
+            result = replace(
+                result,
+                split=False,
+                stopped="the confirmation kept another config for the vLLM file; the pair "
+                "was timed with the search's",
+            )
+        settled.append(result)
+    return settled
+
+
 def down_table(
     results: Mapping[int, Candidate], pairs: Sequence[SplitResult]
 ) -> dict[int, dict[str, Any]] | None:
