@@ -12,8 +12,8 @@ stores of one dtype family is the rate `moetune.tune.estimate` prices compiling 
 
 With no store it reads every recorded store under bench/results and examples/ that
 holds whole-call searches on an H200 machine (`RECORDED`): the estimate is priced for the
-H200 machine's CPU, so a run kept under a folder named for another machine (``h100/``) is
-left out. Prints one line per problem, then one per family.
+H200 machine's CPU, so a run kept under a folder named for another machine (``h100/``,
+``h100-callA/``) is left out. Prints one line per problem, then one per family.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ RECORDED = tuple(
         path
         for pattern in ("bench/results/**/*measurements.jsonl.gz", "examples/*/measurements.jsonl")
         for path in ROOT.glob(pattern)
-        if not set(path.relative_to(ROOT).parts) & set(OTHER_MACHINES)
+        if not any(part.split("-")[0] in OTHER_MACHINES for part in path.relative_to(ROOT).parts)
     )
 )
 # A problem needs this many whole-call timings to be a search (not a probe run).
