@@ -38,12 +38,11 @@ from moetune.kernel.fused_moe import fused_experts
 from moetune.kernel.problem import make_problem
 from tests.engines_real.test_sglang_launch_real import Log, Recorder, compile_functions, described
 
-# Interpreter tests build their tensors on the CPU; `make test-gpu` runs them on the GPU.
-DEVICE = "cuda" if os.environ.get("MOETUNE_GPU_TESTS") == "1" else "cpu"
-
 pytestmark = [pytest.mark.engines, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
 GPU = os.environ.get("MOETUNE_GPU_TESTS") == "1"
+# Interpreter tests build their tensors on the CPU; `make test-gpu` runs them on the GPU.
+DEVICE = "cuda" if GPU else "cpu"
 TILE = {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}
 
 
