@@ -6,9 +6,21 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from moetune.errors import TuneError
+
+
+def interpreter_requested() -> bool:
+    """True when ``TRITON_INTERPRET`` asks for Triton's CPU interpreter.
+
+    The interpreter is a CPU tool: a run under it times on the CPU even where a GPU is
+    visible (its launches on CUDA tensors copy every argument to the host and back, and an
+    engine kernel's host-side TMA descriptors do not survive that), so the workers get
+    no GPU and the files are named for the CPU.
+    """
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @dataclass(frozen=True)

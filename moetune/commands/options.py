@@ -310,8 +310,15 @@ def compare_dir_option(help: str) -> Callable:
 def worker_devices(gpus: tuple[str, ...] | None, machine: Any, *, dry_run: bool) -> tuple:
     """The workers' devices: --gpus if given (refused where no CUDA GPU is visible), else
     every visible one (`machine.devices`)."""
+    from moetune.device import interpreter_requested
+
     if not gpus:
         return machine.devices
+    if interpreter_requested():
+        raise TuneError(
+            f"--gpus {','.join(gpus)}: TRITON_INTERPRET=1 times on the CPU; leave --gpus out, "
+            "or unset TRITON_INTERPRET to time on the GPUs"
+        )
     if not dry_run and all(device is None for device in machine.devices):
         raise _gpus_refusal(gpus)
     return gpus

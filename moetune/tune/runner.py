@@ -1148,7 +1148,12 @@ def _split_json(result: Any) -> dict[str, Any]:
 
 
 def visible_devices(gpus: str | None) -> tuple[str | None, ...]:
-    """CUDA_VISIBLE_DEVICES values for the workers: `--gpus`, else every visible GPU, else CPU."""
+    """CUDA_VISIBLE_DEVICES values for the workers: `--gpus`, else every visible GPU, else CPU
+    (always the CPU under the Triton interpreter: `moetune.device.interpreter_requested`)."""
+    from moetune.device import interpreter_requested
+
+    if interpreter_requested():
+        return (None,)
     if gpus:
         return tuple(part.strip() for part in gpus.split(",") if part.strip())
     try:

@@ -1,6 +1,7 @@
 """bench/fidelity.py against SGLang's released kernel, on the CPU (the H200 run's script, checked)."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import pytest
 pytestmark = [pytest.mark.engines, pytest.mark.reads_only("sglang")]
 
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
+# `make test-gpu` runs without the interpreter: the script times on the GPU there.
+DEVICE = "cuda" if os.environ.get("MOETUNE_GPU_TESTS") == "1" else "cpu"
 
 
 @pytest.mark.slow
@@ -20,7 +23,7 @@ def test_fidelity_times_the_sglang_twin_and_sglangs_kernel_side_by_side(
     monkeypatch.delitem(sys.modules, "fidelity", raising=False)
     import fidelity
 
-    args = ["--engine", "sglang", "--shape", "tiny-fp8-block", "--device", "cpu"]
+    args = ["--engine", "sglang", "--shape", "tiny-fp8-block", "--device", DEVICE]
     args += ["--batch-sizes", "4", "--configs", "2", "--out", str(tmp_path)]
     assert fidelity.main([*args, *(["--split"] if split else [])]) == 0
     rows = [json.loads(line) for line in (tmp_path / "fidelity.jsonl").read_text().splitlines()]

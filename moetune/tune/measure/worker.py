@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from moetune.device import interpreter_requested
 from moetune.errors import TuneError
 from moetune.tune.environment import (
     ENVIRONMENT,
@@ -367,6 +368,8 @@ def worker_main(
     ignore_interrupts()  # Ctrl-C is the parent's to handle (moetune.tune.signals)
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
+    elif interpreter_requested():  # the interpreter times on the CPU, GPU or not
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if compile_only:
         enable_compile_only()
     quiet_interpreter()
