@@ -207,19 +207,16 @@ def engine_config(
 
 
 def bandwidth() -> tuple[float, str]:
+    """The floors' bandwidth (bytes/s) and where it comes from: the GPU's HBM spec where
+    `moetune.roofline` knows it, else the measured stream read (`measure_ceilings`)."""
     import torch
 
-    from moetune.roofline import hbm_spec
+    from moetune.tune.api import measure_ceilings
 
     if not torch.cuda.is_available():
         return 1e12, "no GPU: 1 TB/s assumed"
-    name = torch.cuda.get_device_name()
-    spec = hbm_spec(name)
-    if spec is not None:
-        return spec, f"{name} HBM spec"
-    from moetune.tune.measure.ceilings import stream_read_bandwidth
-
-    return stream_read_bandwidth(torch.device("cuda")), f"{name} measured stream read"
+    ceilings = measure_ceilings()
+    return ceilings.read_bandwidth_bytes_per_s, ceilings.bandwidth_source
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -229,7 +226,7 @@ def measure(args: argparse.Namespace) -> int:
 
     from moetune.engines.launch import engine_gemm, resolve_kernel
     from moetune.kernel.problem import make_problem
-    from moetune.tune.measure.timing import time_bench, time_fused_moe
+    from moetune.tune.api import time_bench, time_fused_moe
 
     on_gpu = torch.cuda.is_available() and args.device == "cuda"
     out = Path(args.out)

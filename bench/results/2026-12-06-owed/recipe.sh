@@ -47,8 +47,9 @@ for s in ${STEPS:-$DEFAULT_STEPS}; do case $s in
   fid) step fid ${LIMIT_fid:-150} python3 bench/fidelity.py --engine vllm --shape deepseek-v3-fp8-tp8 --batch-sizes ${FID_BS:-1024,4096} --configs 10 --out $W/fid ;;
   # The steps between the GEMMs that moetune's kernels stand in for (issue 33), both engines.
   glue) export TRITON_CACHE_DIR=/tmp/triton-glue
-    step glue-sglang ${LIMIT_glue:-200} python3 bench/between_gemms.py --engine sglang --kernel sglang --out $W/glue-sglang
-    step glue-vllm ${LIMIT_glue:-200} python3 bench/between_gemms.py --engine vllm --kernel vllm --out $W/glue-vllm ;;
+    for engine in ${GLUE_ENGINES:-sglang vllm}; do
+      step glue-$engine ${LIMIT_glue:-200} python3 bench/between_gemms.py --engine $engine --kernel $engine --out $W/glue-$engine
+    done ;;
   # vLLM 0.34's _down.json (DeepGEMM E8M0 path), tuned where vLLM reads it (issue 28 item 4).
   down) tune down ${LIMIT_down:-200} --model deepseek-ai/DeepSeek-V3 --tp 8 --engine vllm --vllm-deepgemm ;;
   # make test-gpu's log (issue 32).
