@@ -212,8 +212,10 @@ def captured_launches(
     release_module("vllm", release).launch(vllm, GemmCall(**launch), capability=SM90)
     kernel, capability = twin.fused_moe_kernel, twin.device_capability
     twin.fused_moe_kernel, twin.device_capability = _Capture(), lambda tensor: SM90
+    # From 0.34 the twin takes TMA-B where 0.34 does, as `fused_experts` launches it.
+    tma_b = {} if release == "0.33.0" else {"w_use_tma": None}
     try:
-        twin.invoke_fused_moe_gemm(**launch)
+        twin.invoke_fused_moe_gemm(**launch, **tma_b)
         moetune = twin.fused_moe_kernel
     finally:
         twin.fused_moe_kernel, twin.device_capability = kernel, capability
@@ -531,6 +533,10 @@ def compare_launches(kernels: dict, path: str, config: dict, text: str, *, M: in
             )
             if key in call_kwargs
         }
+        # TMA-B: vLLM 0.34's b_desc, the twin's w_desc (third/fourth positional argument)
+        notes[name]["TMA-B"] = any(
+            type(arg).__name__ == "TensorDescriptor" for arg in call_args[:4]
+        )
         sass_out = ""
         if args.sass_dir:
             Path(args.sass_dir).mkdir(parents=True, exist_ok=True)

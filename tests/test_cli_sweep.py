@@ -37,7 +37,7 @@ def test_sweep_dry_run_lists_layouts_shapes_skips_and_an_estimate(tmp_path):
     ) in out
     assert "  TP2 EP bf16  -> shape 2: E=2,N=32,K=64,topk=2,dtype=bf16" in out
     assert "  TP8 EP bf16  skipped: --tp 8 --ep cannot split 4 experts" in out
-    assert "Shape 1/2 on moetune's twin of the vLLM 0.33.0 kernel: serves TP1 EP bf16; ~" in out
+    assert "Shape 1/2 on moetune's twin of the vLLM 0.34.0 kernel: serves TP1 EP bf16; ~" in out
     assert "Shape 2/2 on moetune's twin of the SGLang 0.5.23 kernel: serves TP2 EP bf16; ~" in out
     assert "\n  Compare:     SGLang fallback, no existing engine file found" in out
     assert (
@@ -82,7 +82,7 @@ def test_single_layout_keeps_the_plain_plan_and_uses_moetune_results(tmp_path, m
     plan = json.loads(result.stdout)
     save_dir = tmp_path / "moetune-results" / "tiny-moe"
     assert plan["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=bf16"
-    assert plan["problem"].startswith(plan["shape_key"] + ",kernel=moetune-vllm-0.33.0@")
+    assert plan["problem"].startswith(plan["shape_key"] + ",kernel=moetune-vllm-0.34.0@")
     assert plan["layouts"] == ["TP1 bf16"]  # auto, resolved
     assert plan["store"] == str(save_dir / STORE_FILENAME)
     assert plan["files"][0] == str(save_dir / "E=4,N=32,device_name=NVIDIA_H200.json")

@@ -316,7 +316,7 @@ def test_an_sglang_fp8_block_plan_times_moetunes_twin_of_sglangs_kernel(tmp_path
     fp8 = str(QUANT / "Qwen__Qwen3-30B-A3B-FP8.json")
     args = ["tune", "--model", fp8, "--dry-run", "--kernel", "moetune", "--save-dir", str(tmp_path)]
     sglang_twin = "Kernel:      moetune's twin of SGLang 0.5.23's fused_moe_kernel"
-    vllm_twin = "Kernel:      moetune's twin of vLLM 0.33.0's fused_moe_kernel"
+    vllm_twin = "Kernel:      moetune's twin of vLLM 0.34.0's fused_moe_kernel"
     for engine, kernels in (("sglang", [sglang_twin]), ("both", [vllm_twin, sglang_twin])):
         result = CliRunner().invoke(cli, [*args, "--engine", engine])
         assert result.exit_code == 0, result.output

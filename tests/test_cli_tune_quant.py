@@ -53,7 +53,7 @@ def test_per_channel_fp8_and_int8_dry_runs(tmp_path):
     document = json.loads(dry_run(tmp_path, "--dtype", "fp8_w8a8", "--per-channel-quant").stdout)
     vllm, sglang = plans_of(document)  # each engine's file on (the twin of) its own kernel
     assert vllm["shape_key"].endswith("dtype=fp8_w8a8,per_channel")
-    assert vllm["problem"].startswith(vllm["shape_key"] + ",kernel=moetune-vllm-0.33.0@")
+    assert vllm["problem"].startswith(vllm["shape_key"] + ",kernel=moetune-vllm-0.34.0@")
     assert sglang["problem"].startswith(vllm["shape_key"] + ",kernel=moetune-sglang-0.5.23@")
     assert sglang["files"][0].endswith("dtype=fp8_w8a8,per_channel_quant=True.json")
     result = dry_run(tmp_path, "--dtype", "int8_w8a8")
@@ -136,7 +136,7 @@ def test_an_fp16_checkpoint_with_fp8_weights_tunes_on_fp16_buffers(tmp_path):
     summary = json.loads(result.stdout)
     assert summary["plan"]["shape_key"] == "E=4,N=32,K=64,topk=2,dtype=fp8_w8a8,checkpoint=fp16"
     assert summary["plan"]["problem"].startswith(
-        summary["plan"]["shape_key"] + ",kernel=moetune-vllm-0.33.0@"
+        summary["plan"]["shape_key"] + ",kernel=moetune-vllm-0.34.0@"
     )
     rms = [row["rel_rms"] for row in summary["results"]]
     assert len(rms) == 2 and all(value is not None and value < 1e-2 for value in rms), rms

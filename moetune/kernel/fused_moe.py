@@ -30,7 +30,7 @@ from moetune.errors import MoetuneError
 from moetune.kernel import launch_rules
 from moetune.kernel.activation import silu_and_mul, silu_and_mul_quant_fp8
 from moetune.kernel.align import align_block_size
-from moetune.kernel.config import default_config
+from moetune.kernel.config import TMA_B_KEY, default_config
 from moetune.kernel.fused_moe_kernel import invoke_fused_moe_gemm
 from moetune.kernel.fused_moe_wna16_kernel import invoke_fused_moe_wna16_gemm
 from moetune.kernel.quant import (
@@ -218,6 +218,10 @@ def fused_experts(
     split = (split_configs if engine_gemm is None else engine_gemm.split_configs)(
         config, down_config
     )
+    # vLLM's twin reads an entry without USE_TMA as vLLM 0.34 does: TMA-B on both GEMMs
+    # where 0.34's launch takes it (None: the launch decides); USE_TMA false keeps it off,
+    # and a USE_TMA true entry or a down config is SGLang's split layout, as before.
+    vllm_tma_b = engine_gemm is None and down_config is None and TMA_B_KEY not in config
     layer_rule = getattr(getattr(engine_gemm, "release", None), "layer_refusal", None)
     reason = None if layer_rule is None else layer_rule(n, quant_dtype, block_shape)
     if reason:  # a layer the engine refuses to load is never timed
@@ -285,7 +289,7 @@ def fused_experts(
         config=split.up,
         quant_dtype=quant_dtype,
         block_shape=block_shape,
-        w_use_tma=split.up_tma,
+        w_use_tma=None if vllm_tma_b else split.up_tma,
         c_sorted=split.down_tma,
         **alignment,
     )
@@ -308,7 +312,7 @@ def fused_experts(
         quant_dtype=quant_dtype,
         block_shape=block_shape,
         a_use_tma=split.down_tma,
-        w_use_tma=split.down_tma,
+        w_use_tma=None if vllm_tma_b else split.down_tma,
         **alignment,
     )
     # The top-k sum: the engine release's own where it has one (SGLang's), else moetune's.

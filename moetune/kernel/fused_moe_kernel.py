@@ -17,24 +17,26 @@ swizzled in groups of ``GROUP_SIZE_M`` row-blocks for L2 reuse (Triton tutorial 
 one K loop of ``BLOCK_SIZE_K`` steps pipelined over ``num_stages``, ``num_warps``
 warps per program. ``BLOCK_SIZE_M`` is also the alignment padding.
 
-The twin of vLLM 0.33's ``fused_moe_kernel``: a tuner's kernel should time what the
+The twin of vLLM 0.34's ``fused_moe_kernel``: a tuner's kernel should time what the
 engine runs, so the body follows vLLM's expression by expression (64-bit slot and
 weight-column offsets, the K mask on every load, dequantization before the routing
-weight) and is launched as vLLM launches it (`invoke_fused_moe_gemm`). For bf16/fp16,
-fp8_w8a8 per tensor, per channel and block [128, 128], int8_w8a8 per channel and
-int8_w8a16, with and without SWAP_AB and the naive assignment, it compiles to vLLM's
-SASS instruction for instruction (``bench/sass_loop.py``, sm_90a, Triton 3.6 and 3.9:
-BENCHMARKS.md, Rank fidelity and the twins). vLLM 0.34.0's kernel, launched as 0.34 launches it
-(`moetune.engines.launch.vllm_0_34`), compiles to the same SASS on fp16, bf16 (down GEMM),
-fp8 per tensor and per channel, int8 and block fp8 with BLOCK_SIZE_N 256 (Triton 3.9,
-sm_90a); it differs on block fp8 only: TMA-B (sm90/sm100) and one weight scale per tile
-where BLOCK_SIZE_N divides the block, which Triton 3.9 does not compile. An fp16 checkpoint's
-w8a8 GEMMs (bf16 compute, fp16 C) compile to 0.34.0's SASS too, on fp8 per tensor, per channel,
-block (BLOCK_SIZE_N 256) and int8 (`bench/sass_loop.py --checkpoint fp16`). vLLM's launch semantics:
+weight) and is launched as vLLM launches it (`invoke_fused_moe_gemm`). Against vLLM 0.34.0's
+kernel launched as 0.34 launches it (`moetune.engines.launch.vllm_0_34`) it compiles to the
+same SASS on bf16, fp16, fp8 per tensor, per channel and block [128, 128] (TMA-B and the one
+weight scale per tile included, Triton 3.6; Triton 3.9 does not compile 0.34's per-tile
+scale), int8 w8a8 and w8a16, up and down GEMM, naive and aligned
+(``bench/sass_loop.py --vllm-release 0.34.0``; BENCHMARKS.md). Against vLLM 0.33.0's, which it followed before,
+it differs on block fp8 only: 0.33 has no TMA-B and loads a weight scale per column. An fp16
+checkpoint's w8a8 GEMMs (bf16 compute, fp16 C) compile to 0.34.0's SASS too
+(`bench/sass_loop.py --checkpoint fp16`). vLLM's launch semantics:
 
 - naive assignment (``sorted_token_ids`` None, ``NAIVE_BLOCK_ASSIGNMENT``): no
   alignment; block ``i`` is slot ``i`` (row 0 of the block, the other rows padding),
   of expert ``expert_ids[i]`` (the flat ``topk_ids``), EM = ``num_slots * BLOCK_SIZE_M``;
+- TMA-B (0.34): block fp8's weights through a TMA descriptor, box [1, BLOCK_SIZE_N,
+  BLOCK_SIZE_K], on sm90/sm100 where the tile divides N and K, unless the entry says
+  ``"USE_TMA": false`` (`moetune.kernel.launch_rules.use_tma_b`; ``w_use_tma=None``);
+- one weight scale per tile and K step where BLOCK_SIZE_N divides the weight block (0.34);
 - ``SWAP_AB`` (fp8_w8a8 on compute capability 9.0, BLOCK_SIZE_M < 64 and
   BLOCK_SIZE_N >= 64): each tile is computed as ``W @ A.T`` and transposed after the
   K loop, so the slots are the dot's N side and BLOCK_SIZE_M = 8 is legal there;
@@ -115,6 +117,7 @@ from moetune.kernel.launch_rules import (
     grid_rows,
     group_shape,
     operand_strides,
+    use_tma_b,
     w_scale_strides,
 )
 
@@ -224,8 +227,7 @@ def fused_moe_kernel(
     else:
         c_rows = offs_token
 
-    expert_i32 = tl.load(expert_ids_ptr + pid_m)
-    expert = expert_i32.to(tl.int64)
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
     if expert == -1:
         # A block of slots routed to no local expert: they contribute nothing.
         _store_zeros(
@@ -248,28 +250,28 @@ def fused_moe_kernel(
     offs_k = tl.arange(0, BLOCK_SIZE_K)
     # SWAP_AB: the dot is W @ A.T, the slots its N side; A is gathered [K, M] and
     # the weight tile [N, K].
+    # The weight pointers are made (and advanced) with a descriptor too, unused, as vLLM
+    # 0.34 does: the same IR, so the same instruction schedule.
     if SWAP_AB:
         if a_desc is None:
             a_ptrs = a_ptr + (
                 offs_k[:, None] * stride_ak + offs_token[None, :] // TOP_K * stride_am
             )
-        if w_desc is None:
-            w_ptrs = (
-                w_ptr
-                + expert * stride_we
-                + (offs_wn[:, None] * stride_wn + offs_k[None, :] * stride_wk)
-            )
+        w_ptrs = (
+            w_ptr
+            + expert * stride_we
+            + (offs_wn[:, None] * stride_wn + offs_k[None, :] * stride_wk)
+        )
     else:
         if a_desc is None:
             a_ptrs = a_ptr + (
                 offs_token[:, None] // TOP_K * stride_am + offs_k[None, :] * stride_ak
             )
-        if w_desc is None:
-            w_ptrs = (
-                w_ptr
-                + expert * stride_we
-                + (offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn)
-            )
+        w_ptrs = (
+            w_ptr
+            + expert * stride_we
+            + (offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn)
+        )
     if USE_INT8_W8A16:
         w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn[None, :] * stride_wsn)
     if USE_FP8_W8A8 or USE_INT8_W8A8:
@@ -279,7 +281,11 @@ def fused_moe_kernel(
             else:
                 # A's rows (and their scales) are at the sorted positions.
                 a_scale_ptrs = a_scale_ptr + offs_token_id * stride_asm
-            offs_wsn = offs_wn // GROUP_N
+            if GROUP_N >= BLOCK_SIZE_N and GROUP_N % BLOCK_SIZE_N == 0:
+                # The tile lies in one weight block: one scale per K step (vLLM 0.34).
+                offs_wsn = pid_n * BLOCK_SIZE_N // GROUP_N
+            else:
+                offs_wsn = offs_wn // GROUP_N
             w_scale_ptrs = w_scale_ptr + expert * stride_wse + offs_wsn * stride_wsn
         elif PER_CHANNEL:
             w_scale = tl.load(w_scale_ptr + expert * stride_wse + offs_wn[None, :] * stride_wsn)
@@ -294,39 +300,36 @@ def fused_moe_kernel(
     else:
         accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if a_desc is not None or w_desc is not None:
-            # SGLang's TMA operands: boxes past a tensor's edge are zero-filled.
-            if a_desc is not None:
-                a = a_desc.load([pid_m * BLOCK_SIZE_M, k * BLOCK_SIZE_K])
+        # vLLM 0.34's order: A, then B by pointer, or B by descriptor (TMA zero-fills boxes
+        # past a tensor's edge, so those loads take no masks).
+        if a_desc is not None:  # A at the sorted positions (SGLang's down GEMM)
+            a = a_desc.load([pid_m * BLOCK_SIZE_M, k * BLOCK_SIZE_K])
+            if SWAP_AB:
+                a = a.T
+            if w_desc is None:
                 if SWAP_AB:
-                    a = a.T
-            elif SWAP_AB:
-                a_mask = (offs_k[:, None] < K - k * BLOCK_SIZE_K) & token_mask[None, :]
-                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-            else:
-                a_mask = token_mask[:, None] & (offs_k[None, :] < K - k * BLOCK_SIZE_K)
-                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-            if w_desc is not None:
-                w = w_desc.load([expert_i32, pid_n * BLOCK_SIZE_N, k * BLOCK_SIZE_K])
-                w = w.reshape(BLOCK_SIZE_N, BLOCK_SIZE_K)
-                if not SWAP_AB:
-                    w = w.T
-            elif SWAP_AB:
-                w = tl.load(w_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
-            else:
-                w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+                    w = tl.load(w_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
+                else:
+                    w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
         elif SWAP_AB:
             a_mask = (offs_k[:, None] < K - k * BLOCK_SIZE_K) & token_mask[None, :]
-            w_mask = offs_k[None, :] < K - k * BLOCK_SIZE_K
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-            w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+            if w_desc is None:
+                w_mask = offs_k[None, :] < K - k * BLOCK_SIZE_K
+                w = tl.load(w_ptrs, mask=w_mask, other=0.0)
         else:
             a = tl.load(
                 a_ptrs,
                 mask=token_mask[:, None] & (offs_k[None, :] < K - k * BLOCK_SIZE_K),
                 other=0.0,
             )
-            w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+            if w_desc is None:
+                w = tl.load(w_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+        if w_desc is not None:
+            w = w_desc.load([expert.to(tl.int32), pid_n * BLOCK_SIZE_N, k * BLOCK_SIZE_K])
+            w = w.reshape(BLOCK_SIZE_N, BLOCK_SIZE_K)
+            if not SWAP_AB:
+                w = w.T
         if INTERPRETER_BF16:
             a = a.to(tl.float32)
             w = w.to(tl.float32)
@@ -338,7 +341,14 @@ def fused_moe_kernel(
                 k_group = (k * BLOCK_SIZE_K) // GROUP_K
                 a_scale = tl.load(a_scale_ptrs + k_group * stride_ask, mask=token_mask, other=0.0)
                 w_scale = tl.load(w_scale_ptrs + k_group * stride_wsk)
-                if SWAP_AB:
+                if GROUP_N >= BLOCK_SIZE_N and GROUP_N % BLOCK_SIZE_N == 0:
+                    # one scale, a [1] block as vLLM 0.34's b_scale[None, :] is on Triton 3.6
+                    # (Triton 3.9 refuses that on a scalar)
+                    if SWAP_AB:
+                        accumulator += tl.dot(w, a) * w_scale[None] * a_scale[None, :]
+                    else:
+                        accumulator += tl.dot(a, w) * a_scale[:, None] * w_scale[None]
+                elif SWAP_AB:
                     accumulator += tl.dot(w, a) * w_scale[:, None] * a_scale[None, :]
                 else:
                     accumulator += tl.dot(a, w) * a_scale[:, None] * w_scale[None, :]
@@ -354,8 +364,7 @@ def fused_moe_kernel(
             accumulator += tl.dot(a, w)
         if a_desc is None:
             a_ptrs += BLOCK_SIZE_K * stride_ak
-        if w_desc is None:
-            w_ptrs += BLOCK_SIZE_K * stride_wk
+        w_ptrs += BLOCK_SIZE_K * stride_wk
 
     if SWAP_AB:
         accumulator = tl.trans(accumulator, (1, 0))
@@ -487,7 +496,7 @@ def invoke_fused_moe_gemm(
     quant_dtype: str | None,
     block_shape: tuple[int, int] | None,
     a_use_tma: bool = False,
-    w_use_tma: bool = False,
+    w_use_tma: bool | None = False,
     c_sorted: bool = False,
     per_channel: bool = False,
     swap_ab: bool | None = None,
@@ -496,7 +505,7 @@ def invoke_fused_moe_gemm(
 
     Shapes and dtypes are in the module docstring; ``c`` may be ``[M, top_k, N]``
     (it is viewed as ``[num_slots, N]``). No host synchronisation: safe inside a
-    CUDA graph capture. Returns ``c``. Launched as vLLM 0.33 launches its kernel:
+    CUDA graph capture. Returns ``c``. Launched as vLLM 0.34 launches its kernel:
 
     - ``sorted_token_ids`` None: the naive assignment (no alignment; block ``i`` is
       slot ``i``, ``expert_ids`` the flat ``topk_ids``, ``num_tokens_post_padded``
@@ -513,6 +522,10 @@ def invoke_fused_moe_gemm(
     - ``a_use_tma``: ``a`` is such a sorted-layout tensor, read through a TMA
       descriptor at the sorted positions (``top_k`` must be 1);
     - ``w_use_tma``: ``w`` is read through a TMA descriptor.
+
+    ``w_use_tma=None`` decides as vLLM 0.34 does (`moetune.kernel.launch_rules.use_tma_b`:
+    TMA-B for block fp8 on sm90/sm100 where the tile divides N and K, unless the entry
+    says ``"USE_TMA": false``), on its naive path too.
     """
     import torch
 
@@ -540,9 +553,22 @@ def invoke_fused_moe_gemm(
     c2 = c.view(-1, c.shape[-1])
     assert c2.shape[1] == n, f"c must have {n} columns, got {c2.shape[1]}"
     naive = sorted_token_ids is None
+    if w_use_tma is None:  # vLLM 0.34's choice, on its naive path too
+        w_use_tma = use_tma_b(
+            config,
+            quant_dtype,
+            block_shape,
+            device_capability(a),
+            n,
+            k,
+            block_k,
+            contiguous=w.is_contiguous(),
+        )
+    elif naive and w_use_tma:
+        raise SplitConfigError("SGLang's TMA operands need aligned token ids")
     if a_use_tma or w_use_tma:
         check_tma_quant(quant_dtype, block_shape)
-    if naive and (a_use_tma or w_use_tma or c_sorted):
+    if naive and (a_use_tma or c_sorted):
         raise SplitConfigError("TMA operands and a sorted c need aligned token ids")
     if a_use_tma and (top_k != 1 or c_sorted):
         raise SplitConfigError("a TMA-read A is the down GEMM's: top_k must be 1, c unsorted")

@@ -1,9 +1,10 @@
-"""The twin kernel's launch rules, which are vLLM 0.33.0's (`moetune.engines.launch.vllm_0_33`)
-and, but for TMA-B, 0.34.0's (`moetune.engines.launch.vllm_0_34` reuses them).
+"""The twin kernel's launch rules, which are vLLM 0.34.0's (`moetune.engines.launch.vllm_0_34`)
+and, but for TMA-B (`use_tma_b`), 0.33.0's (`moetune.engines.launch.vllm_0_33` reuses them).
 
 - expert assignment: the naive path (one block per token slot, no alignment) when
   ``M * top_k * 4 <= E``, except for int8/int4 w*a16 with a group;
 - ``SWAP_AB``: fp8_w8a8 on compute capability 9.0 with a thin M tile and a wide N tile;
+- TMA-B (0.34): block fp8's weights through a TMA descriptor on sm90/sm100 (`use_tma_b`);
 - EM, the rows the grid covers (`grid_rows`);
 - the kernel's ``compute_type`` and the GEMMs' output buffers (`ComputeRule`, `VLLM_COMPUTE`):
   activations that arrive as fp8/int8 (w8a8) compute in bf16 whatever the checkpoint's
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moetune.dtypes import DTYPES
+from moetune.kernel.config import TMA_B_KEY
 
 # Expert assignment skips alignment when each token slot is likely its own expert.
 NAIVE_SPARSITY = 4
@@ -87,6 +89,41 @@ def swap_ab(config: dict, quant_dtype: str | None, capability: tuple[int, int] |
         and capability == (9, 0)
         and config["BLOCK_SIZE_M"] < 64
         and config["BLOCK_SIZE_N"] >= 64
+    )
+
+
+# Capability families whose launches take TMA-B (0.34's ``is_device_capability_family(90/100)``).
+TMA_B_FAMILIES = (9, 10)
+
+
+def use_tma_b(
+    config: dict,
+    quant_dtype: str | None,
+    block_shape: Any,
+    capability: tuple[int, int] | None,
+    n: int,
+    k: int,
+    block_k: int,
+    contiguous: bool = True,
+) -> bool:
+    """vLLM 0.34's ``use_tma_b``: the weights through a TMA descriptor.
+
+    The entry's ``USE_TMA`` (default True) holds and the call is fp8_w8a8 with a block
+    shape (both sides non-zero) on a CUDA device of capability family 9.x or 10.x, with
+    B contiguous, ``N % BLOCK_SIZE_N == 0`` and ``K % BLOCK_SIZE_K == 0``. `capability`
+    None is not a CUDA device (never TMA-B); `block_k` is BLOCK_SIZE_K after the clamp to
+    the block; `contiguous` whether B is.
+    """
+    return (
+        bool(config.get(TMA_B_KEY, True))
+        and quant_dtype == "fp8_w8a8"
+        and block_shape is not None
+        and all(block_shape)
+        and capability is not None
+        and capability[0] in TMA_B_FAMILIES
+        and contiguous
+        and n % config["BLOCK_SIZE_N"] == 0
+        and k % block_k == 0
     )
 
 

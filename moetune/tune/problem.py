@@ -220,7 +220,7 @@ class TuneProblem:
 
     def key(self) -> str:
         """The results-store key: `shape_key` and the kernel timed, e.g.
-        ``E=128,N=768,K=2048,topk=8,dtype=bf16,kernel=moetune-vllm-0.33.0@1b2c3d4e5f60``.
+        ``E=128,N=768,K=2048,topk=8,dtype=bf16,kernel=moetune-vllm-0.34.0@1b2c3d4e5f60``.
 
         Every key names its kernel (`moetune.engines.launch.kernel_tag`): an engine's by
         its installed source's digest, a twin by its own files' digest, so a store written

@@ -143,7 +143,7 @@ def test_auto_falls_back_to_each_engines_twin_when_the_engine_is_absent() -> Non
         "(moetune/kernel/fused_moe_kernel_sglang.py;"
     )
     assert sglang.describe() == sglang.kernel.describe()
-    assert vllm.describe().startswith("moetune's twin of vLLM 0.33.0's fused_moe_kernel")
+    assert vllm.describe().startswith("moetune's twin of vLLM 0.34.0's fused_moe_kernel")
 
 
 def test_the_sglang_twin_loads_moetunes_kernel_under_sglangs_launch() -> None:
@@ -252,7 +252,7 @@ def test_every_store_key_names_its_kernel_by_a_digest_of_its_files(tmp_path, mon
     int4 = TuneProblem(4, 32, 64, 2, "int4_w4a16", group_size=32)
     sglang = TuneProblem(4, 32, 64, 2, "bf16", kernel=twin_ref("sglang"))
     digests = {twin: launch.twin_digest(twin) for twin in launch.TWIN_FILES}
-    assert bf16.key() == f"{bf16.shape_key()},kernel=moetune-vllm-0.33.0@{digests['vllm']}"
+    assert bf16.key() == f"{bf16.shape_key()},kernel=moetune-vllm-0.34.0@{digests['vllm']}"
     assert int4.key().endswith(f",kernel=moetune-wna16@{digests['wna16']}")
     assert sglang.key().endswith(f",kernel=moetune-sglang-0.5.23@{digests['sglang']}")
     assert len(set(digests.values())) == 3
@@ -267,7 +267,7 @@ def test_every_store_key_names_its_kernel_by_a_digest_of_its_files(tmp_path, mon
     launch.twin_digest.cache_clear()
     try:
         assert all(launch.twin_digest(twin) != digests[twin] for twin in digests)
-        assert bf16.key() != f"{bf16.shape_key()},kernel=moetune-vllm-0.33.0@{digests['vllm']}"
+        assert bf16.key() != f"{bf16.shape_key()},kernel=moetune-vllm-0.34.0@{digests['vllm']}"
     finally:
         launch.twin_digest.cache_clear()
 
@@ -311,7 +311,7 @@ def test_the_store_key_names_the_kernel_timed() -> None:
     twin = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128))
     engine = TuneProblem(256, 256, 7168, 8, "fp8_w8a8", (128, 128), kernel=REF)
     assert engine.key() == twin.shape_key() + ",kernel=vllm-0.33.0@f37773a8ca2c"
-    assert twin.key().startswith(twin.shape_key() + ",kernel=moetune-vllm-0.33.0@")
+    assert twin.key().startswith(twin.shape_key() + ",kernel=moetune-vllm-0.34.0@")
     # The key reads back as the problem; the kernel is the measurement's, not the shape's.
     assert TuneProblem.from_key(engine.key()) == twin
     assert TuneProblem.from_key(twin.key()) == twin

@@ -8,7 +8,7 @@ from moetune.tune.problem import TuneProblem
 def test_key_names_every_dimension():
     problem = TuneProblem(128, 768, 2048, 8, "bf16")
     assert problem.shape_key() == "E=128,N=768,K=2048,topk=8,dtype=bf16"
-    assert problem.key().startswith(problem.shape_key() + ",kernel=moetune-vllm-0.33.0@")
+    assert problem.key().startswith(problem.shape_key() + ",kernel=moetune-vllm-0.34.0@")
     assert problem.w1_width == 1536
 
 

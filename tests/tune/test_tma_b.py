@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from moetune.device import DeviceLimits
-from moetune.engines.launch import KernelRef
+from moetune.engines.launch import KernelRef, twin_ref
 from moetune.engines.tuned_file import load_tuned_file, validate_tuned_config
 from moetune.errors import MoetuneError, TuneError
 from moetune.kernel.config import Candidate
@@ -101,7 +101,8 @@ def test_off_twins_of_the_best_few_where_tma_b_applies():
     "problem, limits, release",
     [
         (ON_034, H200, "0.33.0"),  # a file for 0.33 never carries USE_TMA
-        (DEEPSEEK_V3_TP8, H200, "0.34.0"),  # the twin: no TMA-B
+        (replace(DEEPSEEK_V3_TP8, kernel=twin_ref("sglang")), H200, "0.34.0"),  # SGLang's
+        (DEEPSEEK_V3_TP8, H200, "0.33.0"),  # vLLM's twin, for a 0.33 file
         (replace(DEEPSEEK_V3_TP8, kernel=VLLM_033), H200, "0.34.0"),  # 0.33's kernel
         (ON_034, replace(H200, compute_capability=(8, 0)), "0.34.0"),  # Ampere
         (replace(ON_034, dtype="bf16", block_shape=None), H200, "0.34.0"),  # not block fp8
@@ -109,6 +110,14 @@ def test_off_twins_of_the_best_few_where_tma_b_applies():
 )
 def test_no_off_twins_where_tma_b_never_applies(problem, limits, release):
     assert tma_b_off_candidates(list(SPACE), problem, limits, release) == []
+
+
+def test_vllms_twin_follows_034_so_its_block_fp8_tiles_are_tried_with_tma_b_off_too():
+    twin = replace(DEEPSEEK_V3_TP8, kernel=None)  # vLLM not installed: moetune's twin
+    ranking = list(SPACE)
+    assert tma_b_off_candidates(ranking, twin, H200, "0.34.0") == [
+        c.with_tma_b(False) for c in ranking[:TMA_B_OFF_TOP]
+    ]
 
 
 def test_no_off_twin_where_neither_gemm_takes_tma_b():

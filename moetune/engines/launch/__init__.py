@@ -49,7 +49,7 @@ ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 # engine -> (the release its twin follows, the twin's module). vLLM's twin is moetune's
 # default kernel, launched by `invoke_fused_moe_gemm`: it is timed without a `KernelRef`.
 TWINS = {
-    "vllm": ("0.33.0", "moetune.kernel.fused_moe_kernel"),
+    "vllm": ("0.34.0", "moetune.kernel.fused_moe_kernel"),
     "sglang": ("0.5.23", "moetune.kernel.fused_moe_kernel_sglang"),
 }
 DEFAULT_TWIN = "vllm"
@@ -129,7 +129,7 @@ def twin_digest(twin: str) -> str:
 
 def kernel_tag(kernel: KernelRef | None, dtype: str) -> str:
     """The results-store key's name of the kernel a `dtype` problem is timed on: `kernel`'s
-    tag, or for None the default twin's (``moetune-vllm-0.33.0@<digest>``; int4 w4a16:
+    tag, or for None the default twin's (``moetune-vllm-0.34.0@<digest>``; int4 w4a16:
     ``moetune-wna16@<digest>``)."""
     from moetune.dtypes import DTYPES
 
@@ -168,11 +168,12 @@ def describe_twin(engine: str) -> str:
     """The plan's words for moetune's twin of `engine`'s kernel."""
     label = ENGINE_LABELS[engine]
     release = TWINS[engine][0]
-    newest = known_releases(engine)[-1]
-    differs = ""
-    if newest != release:
-        # The newest release's kernel where the twin does not follow it (``TWIN_DIFFERS``).
-        differs = f"; {label} {newest}'s differs {release_module(engine, newest).TWIN_DIFFERS}"
+    # The other releases' kernels where the twin does not follow them (``TWIN_DIFFERS``).
+    differs = "".join(
+        f"; {label} {other}'s differs {release_module(engine, other).TWIN_DIFFERS}"
+        for other in known_releases(engine)
+        if other != release and getattr(release_module(engine, other), "TWIN_DIFFERS", None)
+    )
     return (
         f"moetune's twin of {label} {release}'s fused_moe_kernel "
         f"({_twin_source(engine)}; {label}'s own is timed where {label} is installed{differs})"

@@ -47,6 +47,11 @@ KERNEL = "fused_moe_kernel"
 LAUNCHER = "invoke_fused_moe_triton_kernel"
 SOURCE = ("model_executor", "layers", "fused_moe", "fused_moe.py")
 __all__ = ["NAIVE_SPARSITY", "naive_assignment", "swap_ab", "refusal", "launch"]
+# Where 0.33's kernel differs from the twin, which follows 0.34 (`moetune.engines.launch.TWINS`).
+TWIN_DIFFERS = (
+    "on fp8 only: no TMA-B and a weight scale per column (block fp8), and the swapped "
+    "(SWAP_AB) path loads A and B in another order"
+)
 
 # What `launch` was written for: 0.33.0's kernel parameters, in order, and the config
 # keys its launcher reads (`moetune.engines.launch.interface`).

@@ -47,9 +47,11 @@ from moetune.engines.launch.vllm_0_33 import (
     swap_ab,
 )
 from moetune.kernel.launch_rules import (
+    TMA_B_FAMILIES,
     a_scale_strides,
     group_shape,
     operand_strides,
+    use_tma_b,
     w_scale_strides,
 )
 from moetune.kernel.tma import TMA_KEY, SplitConfigError, SplitConfigs
@@ -68,11 +70,8 @@ __all__ = [
     "launch",
     "use_tma_b",
     "split_configs",
+    "TMA_B_FAMILIES",
 ]
-# Where 0.34's kernel differs from the twin, which follows 0.33 (`moetune.engines.launch.TWINS`).
-TWIN_DIFFERS = "on block fp8 only: TMA-B on sm90/sm100, one weight scale per tile"
-# Capability families whose launches take TMA-B (``is_device_capability_family(90/100)``).
-TMA_B_FAMILIES = (9, 10)
 
 KERNEL_PARAMETERS = (
     "a_ptr", "b_ptr", "b_desc", "c_ptr", "b_bias_ptr", "a_scale_ptr", "b_scale_ptr",
@@ -177,34 +176,6 @@ def sorted_refusal(call: GemmCall) -> str | None:
     return None
 
 
-def use_tma_b(
-    config: dict,
-    quant_dtype: str | None,
-    block_shape: Any,
-    capability: tuple[int, int] | None,
-    n: int,
-    k: int,
-    block_k: int,
-    contiguous: bool = True,
-) -> bool:
-    """vLLM 0.34's ``use_tma_b``: the weights through a TMA descriptor.
-
-    `capability` None is not a CUDA device (0.34 then never takes TMA-B); `block_k` is
-    BLOCK_SIZE_K after the clamp to the block; `contiguous` whether B is.
-    """
-    return (
-        bool(config.get(TMA_KEY, True))
-        and quant_dtype == "fp8_w8a8"
-        and block_shape is not None
-        and all(block_shape)
-        and capability is not None
-        and capability[0] in TMA_B_FAMILIES
-        and contiguous
-        and n % config["BLOCK_SIZE_N"] == 0
-        and k % block_k == 0
-    )
-
-
 def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = None) -> Any:
     """Launch vLLM 0.34's `kernel` on `call` as its launcher does (see the module docstring).
 
@@ -254,7 +225,8 @@ def launch(kernel: Any, call: GemmCall, capability: tuple[int, int] | None = Non
         call.n,
         call.k,
         prepared.block_k,
-        contiguous=w.is_contiguous() and (w.device.type == "cuda" or interpreted),
+        # (meta tensors: bench/sass_loop.py compiles the launch as it would run on a GPU)
+        contiguous=w.is_contiguous() and (w.device.type in ("cuda", "meta") or interpreted),
     )
     b_desc = a_desc = None
     if tma_b:

@@ -603,20 +603,24 @@ TMA_B_OFF_TOP = 3
 def tma_b_kernel(problem: TuneProblem, file_release: str) -> Any:
     """The release module whose TMA-B switch a tune of `problem` may write, or None.
 
-    Both must hold: the timed kernel is an engine's own whose launch honours a per-entry
-    ``USE_TMA`` (vLLM 0.34 on; not a twin, whose kernel has no TMA-B), and the vLLM file
-    is for a release that reads it (`file_release`; 0.33 stops at start-up on the key).
+    All must hold: the problem is block fp8 (the only TMA-B path), the timed kernel's launch
+    honours a per-entry ``USE_TMA`` (vLLM 0.34's own kernel and on; vLLM's twin, which follows
+    0.34; not SGLang's kernels), and the vLLM file is for a release that reads it
+    (`file_release`; 0.33 stops at start-up on the key).
     """
     from moetune.engines import vllm
-    from moetune.engines.launch import release_module
+    from moetune.engines.launch import TWINS, release_module
     from moetune.kernel.config import TMA_B_KEY
 
     kernel = problem.kernel
-    if kernel is None or kernel.twin or kernel.engine != "vllm":
+    if kernel is not None and (kernel.twin or kernel.engine != "vllm"):
         return None
+    if DTYPES[problem.dtype].quant_dtype != "fp8_w8a8" or not problem.block_shape:
+        return None  # TMA-B is block fp8's only
     if TMA_B_KEY not in vllm.file_keys(file_release):
         return None
-    module = release_module(kernel.engine, kernel.release)
+    release = TWINS["vllm"][0] if kernel is None else kernel.release
+    module = release_module("vllm", release)
     return module if hasattr(module, "use_tma_b") else None
 
 
