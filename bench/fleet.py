@@ -309,7 +309,14 @@ def run(
         args = target.command(save_dir, configs, extra)
         say(f"[{index + 1}/{len(todo)}] moetune {shlex.join(args)}")
         begun = clock()
-        code, stdout, stderr = runner(args)
+        try:
+            code, stdout, stderr = runner(args)
+        except KeyboardInterrupt:  # Ctrl-C, or `timeout --signal=INT`: the table says where
+            stopped = (
+                f"Interrupted during {target.file} ({len(todo) - index} of {len(todo)} left); "
+                "rerun the same command to go on."
+            )
+            break
         wall_s = clock() - begun
         entry: dict[str, Any] = {
             "file": target.file,

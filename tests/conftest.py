@@ -11,9 +11,12 @@ import warnings
 
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-if os.environ.get("TRITON_INTERPRET") == "0":
-    del os.environ["TRITON_INTERPRET"]
+# A GPU run's pytest-xdist workers inherit this process's environment, TRITON_INTERPRET
+# removed: MOETUNE_GPU_TESTS keeps them off the interpreter too.
+if os.environ.get("TRITON_INTERPRET") == "0" or os.environ.get("MOETUNE_GPU_TESTS") == "1":
+    os.environ.pop("TRITON_INTERPRET", None)
+else:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # The width moetune wraps at comes from the terminal or $COLUMNS. pytest-xdist's workers
 # inherit COLUMNS=80 from somewhere in their start-up, a plain run none: a test that wants a

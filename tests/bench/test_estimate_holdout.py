@@ -34,16 +34,22 @@ WALLS = [
     ("Qwen/Qwen3-235B-A22B", 4, "vllm", 72.1),
 ]
 FAMILIES = ("bf16", "fp8_block")  # the dtypes of those models
+# The walls were timed on vLLM 0.33.0's and SGLang 0.5.23's kernels; a later release's kernel
+# compiles at a rate of its own (vLLM 0.34.0's DeepSeek-V3 search: 0.28 CPU-s per timing
+# against 0.41-0.63 on 0.33.0's, bench/results/2026-12-06-owed), so its stores stay out of the fit.
+LATER_KERNELS = ("kernel=vllm-0.34.0@",)
 
 
 @pytest.fixture(scope="module")
 def refit():
-    """The rates fitted on every recorded store but the held-out run's."""
+    """The rates fitted on every recorded store but the held-out run's (and later kernels')."""
     stores = [path for path in compile_rates.RECORDED if HELD_OUT not in path.as_posix()]
     assert len(stores) < len(compile_rates.RECORDED)  # the held-out run's stores exist
     by_family: dict[str, list[float]] = {}
     for path in stores:
         for found in compile_rates.rates(path):
+            if any(kernel in found["problem"] for kernel in LATER_KERNELS):
+                continue
             by_family.setdefault(found["family"], []).append(found["compile_s_per_timing"])
     assert not any(HELD_OUT in path.as_posix() for path in split_rates.RECORDED)
     split = split_rates.rates(list(split_rates.RECORDED))

@@ -127,3 +127,23 @@ def test_the_run_writes_as_it_goes_resumes_and_says_where_it_stopped(tmp_path):
         "failed: 'results'" in (tmp_path / fleet.TABLE).read_text()
         or "failed" in (tmp_path / fleet.TABLE).read_text()
     )
+
+
+def test_an_interrupt_ends_the_run_with_the_table_saying_where(tmp_path):
+    targets = [
+        fleet.Target(FILES[0], "m/one", 8, False, None, 2048),
+        fleet.Target(FILES[2], "m/two", 1, False, None, 4096),
+    ]
+    one = summary({1: (1.02, [1.01, 1.03])})
+
+    def runner(args):
+        if args[2] == "m/two":
+            raise KeyboardInterrupt
+        return 0, json.dumps(one), ""
+
+    stopped = fleet.run(targets, tmp_path / "cfg", tmp_path, runner=runner, say=lambda line: None)
+    assert stopped == (
+        f"Interrupted during {FILES[2]} (1 of 2 left); rerun the same command to go on."
+    )
+    assert [e["file"] for e in fleet.read_journal(tmp_path)] == [FILES[0]]
+    assert (tmp_path / fleet.TABLE).read_text().rstrip().endswith(stopped)

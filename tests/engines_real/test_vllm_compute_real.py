@@ -98,7 +98,7 @@ class VLLM:
         # The launcher and its SWAP_AB rule.
         capability = lambda: self.capability  # noqa: E731
         platform = types.SimpleNamespace(
-            is_cuda=lambda: False,
+            is_cuda=torch.cuda.is_available,  # `make test-gpu`: the launches' tensors are CUDA
             is_device_capability=lambda c: capability()[0] * 10 + capability()[1] == c,
             is_device_capability_family=lambda c: capability()[0] * 10 == c,
         )
