@@ -34,7 +34,8 @@ for s in ${STEPS:-$DEFAULT_STEPS}; do case $s in
   # shipped file (vLLM 0.34.0 ships H100 and H200 ones) and the fallback, interleaved.
   qa|qb) tune $s ${LIMIT_q:-170} --model Qwen/Qwen3-235B-A22B --tp 8 --engine vllm ;;
   benchq) f="E=128,N=192,device_name=$GPU.json"; export TRITON_CACHE_DIR=/tmp/triton-qa
-    step benchq ${LIMIT_bench:-120} python3 -m moetune benchmark --model Qwen/Qwen3-235B-A22B --tp 8 --engine vllm --config "$W/qa/$f" --config "$W/qb/$f" --repeat 9 --json ;;
+    tuned=(); for t in qa qb; do [ -f "$W/$t/$f" ] && tuned+=(--config "$W/$t/$f"); done
+    step benchq ${LIMIT_bench:-120} python3 -m moetune benchmark --model Qwen/Qwen3-235B-A22B --tp 8 --engine vllm "${tuned[@]}" --repeat 9 --json ;;
   # DeepSeek-V3 TP8 block fp8: tuned here on an H200 (where 0.34 ships a file); on another GPU the
   # earlier H100 file (../2026-12-05-vllm034) and the H200 file vLLM ships, both timed as the shape.
   dsv3) case $GPU in *H200*) tune dsv3 ${LIMIT_dsv3:-190} --model deepseek-ai/DeepSeek-V3 --tp 8 --engine vllm ;; esac ;;
