@@ -7,7 +7,7 @@ The released engines themselves are tested in tests/engines_real (``make test-en
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 
 def stand_in_release(module: ModuleType, gained: str | None = None) -> str:
@@ -43,3 +43,31 @@ def stand_in_vllm(site: Path, kernel_text: str | None = None) -> Path:
     kernel.write_text(stand_in_release(vllm_0_33) if kernel_text is None else kernel_text)
     (fused_moe / "configs").mkdir()
     return kernel
+
+
+class KernelRecorder:
+    """Stands for a jit kernel: each ``kernel[grid](*args, **kwargs)`` is written down in
+    `launches` (a callable grid evaluated on the keywords, as Triton evaluates it); `grid`,
+    `args` and `kwargs` are the last launch's."""
+
+    def __init__(self) -> None:
+        self.launches: list[SimpleNamespace] = []
+
+    def __getitem__(self, grid):  # noqa: ANN001, ANN204
+        def launch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            shown = grid(kwargs) if callable(grid) else grid
+            self.launches.append(SimpleNamespace(grid=tuple(shown), args=args, kwargs=kwargs))
+
+        return launch
+
+    @property
+    def grid(self) -> tuple:
+        return self.launches[-1].grid
+
+    @property
+    def args(self) -> tuple:
+        return self.launches[-1].args
+
+    @property
+    def kwargs(self) -> dict:
+        return self.launches[-1].kwargs

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from stand_ins import KernelRecorder  # tests/ is on sys.path
 
 from moetune.engines.launch import EngineGemm, sglang_0_5_23, twin_ref
 from moetune.engines.tuned_file import load_tuned_file
@@ -28,22 +29,9 @@ TILE = {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 
 HOPPER = (9, 0)
 
 
-class Recorder:
-    """Stands for the kernel: ``kernel[grid](*args, **kwargs)`` is written down."""
-
-    def __init__(self) -> None:
-        self.launches: list[SimpleNamespace] = []
-
-    def __getitem__(self, grid):  # noqa: ANN001, ANN204
-        def launch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            self.launches.append(SimpleNamespace(grid=grid, args=args, kwargs=kwargs))
-
-        return launch
-
-
-def recording_gemm(capability=HOPPER) -> tuple[EngineGemm, Recorder]:  # noqa: ANN001
+def recording_gemm(capability=HOPPER) -> tuple[EngineGemm, KernelRecorder]:  # noqa: ANN001
     gemm = EngineGemm(twin_ref("sglang"))
-    gemm.kernel, gemm.capability = Recorder(), capability
+    gemm.kernel, gemm.capability = KernelRecorder(), capability
     return gemm, gemm.kernel
 
 

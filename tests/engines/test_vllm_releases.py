@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from stand_ins import stand_in_release  # tests/ is on sys.path
+from stand_ins import KernelRecorder, stand_in_release  # tests/ is on sys.path
 
 from moetune.engines.launch import (
     KernelChoiceError,
@@ -142,17 +142,6 @@ def test_use_tma_is_a_key_of_0_34_only() -> None:
         vllm_0_34.split_configs({"BLOCK_SIZE_M": 16}, {"USE_TMA": "yes"})
 
 
-class Recorder:
-    """Stands in for a jit kernel: records ``kernel[grid](*args, **kwargs)``."""
-
-    def __getitem__(self, grid):  # noqa: ANN001, ANN204
-        self.grid = grid
-        return self
-
-    def __call__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-        self.args, self.kwargs = args, kwargs
-
-
 def gemm_call(config: dict, block_shape=(128, 128)) -> GemmCall:  # noqa: ANN001
     import torch
 
@@ -184,7 +173,7 @@ LAUNCH_OPTIONS = {"num_warps", "num_stages"}  # Triton's, not the kernel's
 
 @pytest.mark.parametrize("module", [vllm_0_33, vllm_0_34], ids=["0.33", "0.34"])
 def test_the_launch_passes_the_interface_it_declares(module) -> None:  # noqa: ANN001
-    kernel = Recorder()
+    kernel = KernelRecorder()
     module.launch(kernel, gemm_call(dict(CONFIG)), capability=(9, 0))
     names = [p.split(":")[0].split("=")[0].strip() for p in module.INTERFACE.parameters]
     required = {
@@ -204,7 +193,7 @@ def test_the_launch_passes_the_interface_it_declares(module) -> None:  # noqa: A
 def test_0_34_passes_the_weight_descriptor_where_it_takes_tma_b(monkeypatch) -> None:  # noqa: ANN001
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    kernel = Recorder()
+    kernel = KernelRecorder()
     call = gemm_call(dict(CONFIG))
     vllm_0_34.launch(kernel, call, capability=(9, 0))  # CPU tensors: never TMA
     assert kernel.args[2] is None and kernel.kwargs["USE_TMA_B"] is False
@@ -225,13 +214,13 @@ def test_0_34_refuses_a_sorted_call_it_would_not_take_and_a_strided_topk_weights
 
     # The sorted path (its _down.json) needs the alignment, and sm90 exactly.
     with pytest.raises(ValueError, match="skips the alignment"):
-        vllm_0_34.launch(Recorder(), replace(gemm_call(dict(CONFIG)), c_sorted=True))
+        vllm_0_34.launch(KernelRecorder(), replace(gemm_call(dict(CONFIG)), c_sorted=True))
     aligned = replace(gemm_call(dict(CONFIG)), sorted_token_ids=torch.zeros(64, dtype=torch.int32))
     with pytest.raises(ValueError, match="capability 9.0 only"):
-        vllm_0_34.launch(Recorder(), replace(aligned, c_sorted=True), capability=(10, 0))
+        vllm_0_34.launch(KernelRecorder(), replace(aligned, c_sorted=True), capability=(10, 0))
     weights = torch.ones(3, 4)[:, ::2]
     with pytest.raises(ValueError, match="contiguous"):
-        vllm_0_34.launch(Recorder(), replace(gemm_call(dict(CONFIG)), topk_weights=weights))
+        vllm_0_34.launch(KernelRecorder(), replace(gemm_call(dict(CONFIG)), topk_weights=weights))
 
 
 def test_the_registry_is_the_release_modules() -> None:

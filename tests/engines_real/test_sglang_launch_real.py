@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton.language as tl
+from stand_ins import KernelRecorder  # tests/ is on sys.path
 
 from moetune.engines.launch import EngineGemm, sglang_0_5_23, twin_ref
 from moetune.engines.sglang import file_name
@@ -52,21 +53,6 @@ pytestmark = [pytest.mark.engines, pytest.mark.filterwarnings("ignore::RuntimeWa
 DEVICE_NAME = "NVIDIA H200"
 TRITON = "3.8.0"
 TILE = {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 16, "num_warps": 4}
-
-
-class Recorder:
-    """Stands for ``fused_moe_kernel``: ``kernel[grid](*args, **kwargs)`` is written down,
-    the grid evaluated as Triton evaluates a callable one (on the keywords)."""
-
-    def __init__(self) -> None:
-        self.launches: list[types.SimpleNamespace] = []
-
-    def __getitem__(self, grid):  # noqa: ANN001, ANN204
-        def launch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            shown = grid(kwargs) if callable(grid) else grid
-            self.launches.append(types.SimpleNamespace(grid=tuple(shown), args=args, kwargs=kwargs))
-
-        return launch
 
 
 def compile_functions(path: Path, names: set[str], namespace: dict) -> None:
@@ -118,7 +104,7 @@ class SGLang:
 
     def __init__(self, installed, config_root: Path) -> None:  # noqa: ANN001
         self.capability = (9, 0)
-        self.recorder = Recorder()
+        self.recorder = KernelRecorder()
         utils = Path(installed.lookup_source).parent
         kernels = Path(installed.kernel_source)
         capability = lambda: self.capability  # noqa: E731
@@ -305,7 +291,7 @@ class SGLang:
 def moetune_launches(layer, capability, pick=None) -> list:  # noqa: ANN001
     """moetune's launches for `layer` on SGLang's launch, its file read by `load_tuned_file`."""
     gemm = EngineGemm(twin_ref("sglang"))
-    gemm.kernel, gemm.capability = Recorder(), capability
+    gemm.kernel, gemm.capability = KernelRecorder(), capability
     p = layer.problem
     if pick is None and layer.path is not None:
         pick = load_tuned_file(layer.path).pick(layer.x.shape[0])

@@ -31,12 +31,13 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from stand_ins import KernelRecorder  # tests/ is on sys.path
 
 from moetune.engines.launch import EngineGemm, resolve_kernel
 from moetune.engines.launch.common import GemmCall
 from moetune.kernel.fused_moe import fused_experts
 from moetune.kernel.problem import make_problem
-from tests.engines_real.test_sglang_launch_real import Log, Recorder, compile_functions, described
+from tests.engines_real.test_sglang_launch_real import Log, compile_functions, described
 
 pytestmark = [pytest.mark.engines, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 
@@ -104,7 +105,7 @@ class VLLM:
         )
         utils_ns = {"current_platform": platform, "torch": torch}
         compile_functions(folder / "utils.py", {"enable_swap_ab"}, utils_ns)
-        self.recorder = Recorder()
+        self.recorder = KernelRecorder()
         self.ns = {
             "torch": torch,
             "triton": triton,
@@ -152,7 +153,7 @@ class Calls:
 
     def __init__(self, capability) -> None:  # noqa: ANN001
         self.gemm = EngineGemm(resolve_kernel("vllm", "vllm").kernel)
-        self.gemm.kernel, self.gemm.capability = Recorder(), capability
+        self.gemm.kernel, self.gemm.capability = KernelRecorder(), capability
         self.calls: list[GemmCall] = []
 
     def __getattr__(self, name):  # noqa: ANN001, ANN204

@@ -11,6 +11,7 @@ import itertools
 
 import pytest
 import torch
+from stand_ins import KernelRecorder  # tests/ is on sys.path
 
 import moetune.kernel.fused_moe_kernel as twin
 from moetune.engines.launch import vllm_0_34
@@ -21,16 +22,6 @@ from moetune.kernel.problem import make_problem
 # The module (the package re-exports its function under the same name).
 fused_moe_module = importlib.import_module("moetune.kernel.fused_moe")
 E, K, M, TOP_K = 4, 256, 3, 2
-
-
-class Recorder:
-    """Stands in for a jit kernel: records ``kernel[grid](*args, **kwargs)``."""
-
-    def __getitem__(self, grid):
-        return self
-
-    def __call__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
 
 
 def launch_args(n: int, config: dict, block_shape, contiguous: bool) -> dict:
@@ -85,9 +76,9 @@ def test_the_twin_takes_tma_b_exactly_where_034_does(
         num_stages=3, **({} if use_tma is None else {"USE_TMA": use_tma}),
     )  # fmt: skip
     launch = launch_args(n, config, block_shape, contiguous)
-    engine = Recorder()
+    engine = KernelRecorder()
     vllm_0_34.launch(engine, GemmCall(**launch), capability=capability)
-    recorder = Recorder()
+    recorder = KernelRecorder()
     monkeypatch.setattr(twin, "fused_moe_kernel", recorder)
     monkeypatch.setattr(twin, "device_capability", lambda tensor: capability)
     twin.invoke_fused_moe_gemm(**launch, w_use_tma=None)
@@ -107,7 +98,7 @@ def test_the_twin_takes_tma_b_exactly_where_034_does(
 def test_an_explicit_false_keeps_the_twin_off_tma_b(monkeypatch):
     config = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                   num_warps=4, num_stages=3)  # fmt: skip
-    recorder = Recorder()
+    recorder = KernelRecorder()
     monkeypatch.setattr(twin, "fused_moe_kernel", recorder)
     monkeypatch.setattr(twin, "device_capability", lambda tensor: (9, 0))
     twin.invoke_fused_moe_gemm(**launch_args(256, config, (128, 128), True))  # default False
