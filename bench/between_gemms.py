@@ -148,11 +148,8 @@ def steps_for(
     else:
         steps["SiLU-and-mul"] = (Step(gate_up, silu_and_mul), True, rows * (two_n + n) * 2)
     if top_k > 1:
-        pdl = gemm is not None and gemm.capability is not None and gemm.capability[0] >= 9
-        engine_sum = combine is not None and (
-            top_k == 2
-            or (pdl and m <= release.SUM_TRITON_TOKENS and release.sum_kernel(gemm.ref) is not None)
-        )
+        # SGLang's own sum: its top-2 torch.add, or its Triton sum where it runs that.
+        engine_sum = combine is not None and (top_k == 2 or release.triton_sum(m, gemm) is not None)
         steps["top-k sum"] = (
             Step(down, (lambda t: combine(t, gemm)) if combine is not None else moe_sum),
             not engine_sum,

@@ -26,7 +26,8 @@ same SASS on bf16, fp16, fp8 per tensor, per channel and block [128, 128] (TMA-B
 weight scale per tile included, Triton 3.6; Triton 3.9 does not compile 0.34's per-tile
 scale), int8 w8a8 and w8a16, up and down GEMM, naive and aligned
 (``bench/sass_loop.py --vllm-release 0.34.0``; BENCHMARKS.md). Against vLLM 0.33.0's, which it followed before,
-it differs on block fp8 only: 0.33 has no TMA-B and loads a weight scale per column. An fp16
+it differs on fp8 only: 0.33 has no TMA-B and loads a weight scale per column (block fp8), and
+its swapped (SWAP_AB) path makes B's mask before it loads A (`vllm_0_33.TWIN_DIFFERS`). An fp16
 checkpoint's w8a8 GEMMs (bf16 compute, fp16 C) compile to 0.34.0's SASS too
 (`bench/sass_loop.py --checkpoint fp16`). vLLM's launch semantics:
 

@@ -239,8 +239,7 @@ def combine(down: Any, gemm: Any) -> Any:
         return down.view(num_tokens, hidden)
     if top_k == 2:
         return torch.add(down[:, 0], down[:, 1])
-    pdl = gemm.capability is not None and gemm.capability[0] >= 9
-    kernel = sum_kernel(gemm.ref) if num_tokens <= SUM_TRITON_TOKENS and pdl else None
+    kernel = triton_sum(num_tokens, gemm)
     if kernel is None:
         return moe_sum(down)
     import triton
@@ -264,6 +263,14 @@ def combine(down: Any, gemm: Any) -> Any:
         launch_pdl=True,
     )
     return out
+
+
+def triton_sum(num_tokens: int, gemm: Any) -> Any:
+    """SGLang's Triton top-k sum where SGLang runs it for `num_tokens` on `gemm`'s GPU (at
+    most `SUM_TRITON_TOKENS` tokens, programmatic dependent launch), or None: sgl_kernel's
+    compiled sum there, or the twin, for which moetune's `moe_sum` stands in."""
+    pdl = gemm.capability is not None and gemm.capability[0] >= 9
+    return sum_kernel(gemm.ref) if num_tokens <= SUM_TRITON_TOKENS and pdl else None
 
 
 @functools.lru_cache(maxsize=4)
